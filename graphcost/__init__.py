@@ -1,0 +1,1 @@
+"""graphcost: static cost analysis of ONNX models."""

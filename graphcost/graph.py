@@ -1,0 +1,383 @@
+"""The graph IR: the only module that imports networkx.
+
+A :class:`Graph` is a networkx ``MultiDiGraph`` whose nodes are ops and whose edges are tensors
+(keyed by tensor name, since one tensor can feed the same node twice), plus a tensor table holding
+every value the graph names: graph inputs, initializers, constants, activations and outputs, each
+with its shape, dtype and kind. Subgraphs of If/Loop/Scan are child graphs, reachable through
+:meth:`Graph.children`, whose node names are path-like (``<if_node>/then_branch/<node>``).
+
+The graph is built once from a (shape-annotated) ``ModelProto`` and never changed afterwards.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from graphcost._dims import Dim, Shape, parse_dim, symbol
+
+DEFAULT_DOMAIN = "ai.onnx"
+
+
+class TensorKind(str, enum.Enum):
+    """What a value is, for accounting: parameters are weights, activations are produced at run time."""
+
+    INPUT = "input"
+    PARAMETER = "parameter"  # an initializer, or a Constant node's weight
+    CONSTANT = "constant"  # small integer plumbing (shape vectors, axes) from Constant nodes
+    ACTIVATION = "activation"
+    OUTPUT = "output"
+
+
+# ONNX element types → numpy-style names and sizes in bits. Strings have no fixed size.
+_DTYPES: dict[int, tuple[str, int | None]] = {
+    onnx.TensorProto.FLOAT: ("float32", 32),
+    onnx.TensorProto.UINT8: ("uint8", 8),
+    onnx.TensorProto.INT8: ("int8", 8),
+    onnx.TensorProto.UINT16: ("uint16", 16),
+    onnx.TensorProto.INT16: ("int16", 16),
+    onnx.TensorProto.INT32: ("int32", 32),
+    onnx.TensorProto.INT64: ("int64", 64),
+    onnx.TensorProto.STRING: ("string", None),
+    onnx.TensorProto.BOOL: ("bool", 8),
+    onnx.TensorProto.FLOAT16: ("float16", 16),
+    onnx.TensorProto.DOUBLE: ("float64", 64),
+    onnx.TensorProto.UINT32: ("uint32", 32),
+    onnx.TensorProto.UINT64: ("uint64", 64),
+    onnx.TensorProto.COMPLEX64: ("complex64", 64),
+    onnx.TensorProto.COMPLEX128: ("complex128", 128),
+    onnx.TensorProto.BFLOAT16: ("bfloat16", 16),
+    onnx.TensorProto.FLOAT8E4M3FN: ("float8_e4m3fn", 8),
+    onnx.TensorProto.FLOAT8E4M3FNUZ: ("float8_e4m3fnuz", 8),
+    onnx.TensorProto.FLOAT8E5M2: ("float8_e5m2", 8),
+    onnx.TensorProto.FLOAT8E5M2FNUZ: ("float8_e5m2fnuz", 8),
+    onnx.TensorProto.UINT4: ("uint4", 4),
+    onnx.TensorProto.INT4: ("int4", 4),
+}
+for _code, _name, _bits in (("FLOAT4E2M1", "float4_e2m1", 4), ("FLOAT8E8M0", "float8_e8m0", 8),
+                            ("UINT2", "uint2", 2), ("INT2", "int2", 2)):
+    if hasattr(onnx.TensorProto, _code):
+        _DTYPES[getattr(onnx.TensorProto, _code)] = (_name, _bits)
+
+UNKNOWN_DTYPE = "unknown"
+
+
+def dtype_name(elem_type: int) -> str:
+    return _DTYPES.get(elem_type, (UNKNOWN_DTYPE, None))[0]
+
+
+def dtype_bits(dtype: str) -> int | None:
+    """Bits per element, or None for strings and unknown types (their bytes cannot be counted)."""
+    for name, bits in _DTYPES.values():
+        if name == dtype:
+            return bits
+    return None
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One value of the graph. ``shape`` is None when even the rank is unknown."""
+
+    name: str
+    shape: Shape | None
+    dtype: str
+    kind: TensorKind
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op. ``inputs`` keeps empty strings for omitted optional inputs, so positions stay meaningful."""
+
+    name: str
+    op_type: str
+    domain: str
+    opset: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    index: int
+    proto: onnx.NodeProto = field(repr=False, compare=False)
+
+    @property
+    def attribute_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.proto.attribute)
+
+    def attribute(self, name: str) -> Any | None:
+        """Decoded attribute value, or None when the node does not set it (schema defaults: see ops)."""
+        for a in self.proto.attribute:
+            if a.name == name:
+                return onnx.helper.get_attribute_value(a)
+        return None
+
+
+def _shape_of(type_proto: onnx.TypeProto, owner: str) -> tuple[Shape | None, str]:
+    """Shape and dtype of a tensor type; unnamed dims become symbols named after the tensor."""
+    which = type_proto.WhichOneof("value")
+    if which == "tensor_type":
+        tt = type_proto.tensor_type
+    elif which == "sparse_tensor_type":
+        tt = type_proto.sparse_tensor_type  # type: ignore[assignment]
+    else:
+        return None, UNKNOWN_DTYPE  # sequences, maps, optionals: no tensor shape
+    dtype = dtype_name(tt.elem_type)
+    if not tt.HasField("shape"):
+        return None, dtype
+    dims: list[Dim] = []
+    for i, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(parse_dim(d.dim_param))
+        else:
+            dims.append(symbol(_unknown_dim_name(owner, i)))
+    return tuple(dims), dtype
+
+
+def _unknown_dim_name(tensor: str, axis: int) -> str:
+    safe = "".join(c if c.isalnum() else "_" for c in tensor).strip("_") or "t"
+    return f"unk__{safe}_{axis}"
+
+
+def _constant_is_parameter(dtype: str) -> bool:
+    """Constant-node outputs are weights (paddle/caffe2 exports) unless they are int64/bool plumbing."""
+    return dtype not in ("int64", "bool")
+
+
+class Graph:
+    """A typed, read-only view of one ONNX graph (the main graph or a subgraph)."""
+
+    def __init__(
+        self,
+        graph: onnx.GraphProto,
+        opsets: Mapping[str, int],
+        *,
+        prefix: str = "",
+        parent: Graph | None = None,
+        base_dir: str | None = None,
+    ) -> None:
+        self.proto = graph
+        self.name = graph.name
+        self.opsets = dict(opsets)
+        self.prefix = prefix
+        self.parent = parent
+        self.base_dir = base_dir
+        self._g = nx.MultiDiGraph()
+        self._tensors: dict[str, Tensor] = {}
+        self._producer: dict[str, str] = {}
+        self._consumers: dict[str, list[str]] = {}
+        self._nodes: dict[str, Node] = {}
+        self._order: list[str] = []
+        self._children: dict[str, list[tuple[str, Graph]]] = {}
+        self._initializers: dict[str, onnx.TensorProto] = {}
+        self._constant_nodes: dict[str, onnx.NodeProto] = {}
+        self.input_names = tuple(i.name for i in graph.input)
+        self.output_names = tuple(o.name for o in graph.output)
+        self._build()
+
+    # ----------------------------------------------------------------- construction
+    def _build(self) -> None:
+        g = self.proto
+        typed: dict[str, onnx.ValueInfoProto] = {}
+        for vi in g.value_info:
+            typed[vi.name] = vi
+        for vi in g.output:
+            typed.setdefault(vi.name, vi)
+        output_set = set(self.output_names)
+
+        for init in g.initializer:
+            self._initializers[init.name] = init
+            self._tensors[init.name] = Tensor(init.name, tuple(int(d) for d in init.dims),
+                                              dtype_name(init.data_type), TensorKind.PARAMETER)
+        for sp in g.sparse_initializer:
+            name = sp.values.name
+            self._tensors[name] = Tensor(name, tuple(int(d) for d in sp.dims),
+                                         dtype_name(sp.values.data_type), TensorKind.PARAMETER)
+        for vi in g.input:
+            if vi.name in self._tensors:
+                continue  # an initializer also listed as input (IR < 4): it is a parameter
+            shape, dtype = _shape_of(vi.type, vi.name)
+            self._tensors[vi.name] = Tensor(vi.name, shape, dtype, TensorKind.INPUT)
+
+        used_names: set[str] = set()
+        for index, proto in enumerate(g.node):
+            base = proto.name or f"{proto.op_type}_{index}"
+            name = base
+            k = 1
+            while name in used_names:
+                k += 1
+                name = f"{base}_{k}"
+            used_names.add(name)
+            full = f"{self.prefix}{name}"
+            domain = proto.domain or DEFAULT_DOMAIN
+            opset = self.opsets.get(proto.domain or "", self.opsets.get(domain, 0))
+            node = Node(full, proto.op_type, domain, opset, tuple(proto.input), tuple(proto.output), index, proto)
+            self._nodes[full] = node
+            self._order.append(full)
+            self._g.add_node(full)
+            is_const_source = proto.op_type == "Constant" and domain == DEFAULT_DOMAIN
+            for out in proto.output:
+                if not out:
+                    continue
+                self._producer[out] = full
+                vi = typed.get(out)
+                shape, dtype = _shape_of(vi.type, out) if vi is not None else (None, UNKNOWN_DTYPE)
+                if is_const_source:
+                    self._constant_nodes[out] = proto
+                    cshape, cdtype = _constant_shape(proto)
+                    shape = shape if cshape is None else cshape
+                    dtype = cdtype or dtype
+                    kind = TensorKind.PARAMETER if _constant_is_parameter(dtype) else TensorKind.CONSTANT
+                elif out in output_set:
+                    kind = TensorKind.OUTPUT
+                else:
+                    kind = TensorKind.ACTIVATION
+                self._tensors[out] = Tensor(out, shape, dtype, kind)
+            for attr in proto.attribute:
+                subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else (
+                    list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else [])
+                for j, sub in enumerate(subs):
+                    label = attr.name if len(subs) == 1 else f"{attr.name}[{j}]"
+                    child = Graph(sub, self.opsets, prefix=f"{full}/{label}/", parent=self,
+                                  base_dir=self.base_dir)
+                    self._children.setdefault(full, []).append((label, child))
+
+        for name in self._order:
+            node = self._nodes[name]
+            for slot, t in enumerate(node.inputs):
+                if not t:
+                    continue
+                self._consumers.setdefault(t, []).append(name)
+                src = self._producer.get(t)
+                if src is not None:
+                    self._g.add_edge(src, name, key=f"{t}#{slot}", tensor=t)
+        # ConstantOfShape fed only by constants is a weight too (paddle2onnx writes weights this way).
+        for name in self._order:
+            node = self._nodes[name]
+            if node.op_type == "ConstantOfShape" and node.domain == DEFAULT_DOMAIN and node.outputs:
+                src = node.inputs[0] if node.inputs else ""
+                if src and self.is_constant(src):
+                    t = self._tensors[node.outputs[0]]
+                    self._tensors[t.name] = Tensor(t.name, t.shape, t.dtype, TensorKind.PARAMETER)
+
+    # ----------------------------------------------------------------- queries
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def nodes(self) -> Iterator[Node]:
+        """Nodes in graph (file) order, which ONNX requires to be topological."""
+        for name in self._order:
+            yield self._nodes[name]
+
+    def node(self, name: str) -> Node:
+        return self._nodes[name]
+
+    def tensor(self, name: str) -> Tensor | None:
+        """The tensor of that name, looked up through enclosing graphs (outer-scope values)."""
+        t = self._tensors.get(name)
+        if t is None and self.parent is not None:
+            return self.parent.tensor(name)
+        return t
+
+    def tensors(self) -> Mapping[str, Tensor]:
+        return dict(self._tensors)
+
+    def producer(self, tensor: str) -> Node | None:
+        name = self._producer.get(tensor)
+        return None if name is None else self._nodes[name]
+
+    def consumers(self, tensor: str) -> list[Node]:
+        return [self._nodes[n] for n in self._consumers.get(tensor, [])]
+
+    def successors(self, node: str) -> list[str]:
+        return list(self._g.successors(node))
+
+    def predecessors(self, node: str) -> list[str]:
+        return list(self._g.predecessors(node))
+
+    def topological_order(self) -> list[str]:
+        return list(nx.topological_sort(self._g))
+
+    def children(self, node: str) -> list[tuple[str, Graph]]:
+        """Subgraphs held by a node's attributes, as (attribute label, child graph)."""
+        return list(self._children.get(node, []))
+
+    def is_constant(self, tensor: str) -> bool:
+        """True for initializers and Constant-node outputs (values known before the run)."""
+        if tensor in self._initializers or tensor in self._constant_nodes:
+            return True
+        t = self._tensors.get(tensor)
+        if t is not None and t.kind in (TensorKind.PARAMETER, TensorKind.CONSTANT):
+            return True
+        return self.parent.is_constant(tensor) if self.parent is not None and t is None else False
+
+    def constant_value(self, tensor: str) -> np.ndarray | None:
+        """Value of a small constant (initializer or Constant node), or None when it is not available.
+
+        Payloads stripped by the structure-only loader are read back from the file by offset.
+        """
+        init = self._initializers.get(tensor)
+        if init is not None:
+            return _tensor_value(init, self.base_dir)
+        proto = self._constant_nodes.get(tensor)
+        if proto is not None:
+            for a in proto.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    return _tensor_value(a.t, self.base_dir)
+                if a.name in ("value_int", "value_float"):
+                    return np.asarray(onnx.helper.get_attribute_value(a))
+                if a.name in ("value_ints", "value_floats"):
+                    return np.asarray(onnx.helper.get_attribute_value(a))
+            return None
+        if tensor not in self._tensors and self.parent is not None:
+            return self.parent.constant_value(tensor)
+        return None
+
+    def initializer_names(self) -> tuple[str, ...]:
+        return tuple(self._initializers)
+
+
+def _constant_shape(proto: onnx.NodeProto) -> tuple[Shape | None, str | None]:
+    for a in proto.attribute:
+        if a.type == onnx.AttributeProto.TENSOR:
+            return tuple(int(d) for d in a.t.dims), dtype_name(a.t.data_type)
+        if a.type == onnx.AttributeProto.SPARSE_TENSOR:
+            return tuple(int(d) for d in a.sparse_tensor.dims), dtype_name(a.sparse_tensor.values.data_type)
+        if a.name == "value_int":
+            return (), "int64"
+        if a.name == "value_float":
+            return (), "float32"
+        if a.name == "value_ints":
+            return (len(a.ints),), "int64"
+        if a.name == "value_floats":
+            return (len(a.floats),), "float32"
+        if a.name == "value_string":
+            return (), "string"
+        if a.name == "value_strings":
+            return (len(a.strings),), "string"
+    return None, None
+
+
+def _tensor_value(t: onnx.TensorProto, base_dir: str | None) -> np.ndarray | None:
+    try:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            if base_dir is None:
+                return None
+            from onnx.external_data_helper import load_external_data_for_tensor
+
+            copy = onnx.TensorProto()
+            copy.CopyFrom(t)
+            load_external_data_for_tensor(copy, base_dir)
+            return numpy_helper.to_array(copy)
+        return numpy_helper.to_array(t)
+    except Exception:  # noqa: BLE001 - a value we cannot read is simply not known
+        return None

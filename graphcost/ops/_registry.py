@@ -1,0 +1,227 @@
+"""The op-rule registry: one explicit table from (domain, op_type) to a cost rule.
+
+A rule is a small pure function ``rule(n: NodeView) -> Work | Unknown``. It reads shapes and
+attributes through the view and returns the arithmetic work of one execution of the node. Bytes are
+not a rule's business: the costs pass charges each distinct input once and each output once.
+
+Ops that compute nothing are registered on purpose with :func:`register_free`. An op that is not in
+the table has no rule: its FLOPs are unknown, never zero.
+
+Users add rules for custom ops with the same decorator::
+
+    from graphcost.ops import rule, Work, Kind
+
+    @rule("MyGelu", domain="com.example", kind=Kind.ELEMENTWISE)
+    def my_gelu(n):
+        return Work(flops=8 * n.out_numel(0))   # 8 FLOPs per output element, by our count
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+import onnx
+
+from graphcost._dims import Dim, Shape, numel
+from graphcost.graph import DEFAULT_DOMAIN, Graph, Node, Tensor
+
+FLOPS_PER_MAC = 2
+"""One multiply-accumulate is two floating-point operations: a multiply and an add."""
+
+
+class Kind(str, enum.Enum):
+    """Op kinds as data; the fusion pass decides groups from these."""
+
+    COMPUTE = "compute"  # Conv, MatMul, Gemm and quantized forms: the anchors of a kernel
+    ELEMENTWISE = "elementwise"  # one output element from the same-index input elements
+    REDUCTION = "reduction"  # Reduce*, pooling, ArgMax, Softmax-like
+    NORMALIZATION = "normalization"  # BatchNorm, LayerNorm, InstanceNorm, GroupNorm...
+    MOVEMENT = "movement"  # Transpose, Concat, Gather, Slice, Pad, Resize...: copies data
+    VIEW = "view"  # Reshape, Squeeze, Flatten, Identity: aliases its input, moves no bytes
+    FREE = "free"  # Shape, Size, Constant: metadata only, moves no bytes
+    CONTROL = "control"  # If, Loop, Scan: cost is that of their bodies
+    RECURRENT = "recurrent"  # LSTM, GRU, RNN
+
+
+class ShapeUnknown(Exception):
+    """Raised inside a rule when a shape it needs is not known; the dispatcher turns it into Unknown."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """Arithmetic work of one node. ``macs`` counts multiply-accumulates only; ``flops`` counts all.
+
+    ``flops`` already includes ``FLOPS_PER_MAC * macs``. Both may be symbolic.
+    """
+
+    flops: Dim
+    macs: Dim = 0
+    note: str = ""
+
+    def __add__(self, other: Work) -> Work:
+        note = "; ".join(x for x in (self.note, other.note) if x)
+        return Work(self.flops + other.flops, self.macs + other.macs, note)
+
+
+ZERO = Work(0, 0)
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A node whose cost cannot be stated, with the human reason."""
+
+    reason: str
+
+
+RuleResult = Union[Work, Unknown]
+RuleFn = Callable[["NodeView"], RuleResult]
+
+
+@dataclass(frozen=True)
+class RuleEntry:
+    op_type: str
+    domain: str
+    kind: Kind
+    fn: RuleFn
+    free_inputs: frozenset[int] = field(default_factory=frozenset)
+    """Input slots whose data the op never reads (Shape reads only metadata): they cost no bytes."""
+
+
+_RULES: dict[tuple[str, str], RuleEntry] = {}
+
+
+def _norm_domain(domain: str) -> str:
+    return DEFAULT_DOMAIN if domain in ("", "ai.onnx") else domain
+
+
+def rule(
+    op_type: str | Iterable[str],
+    *,
+    domain: str = DEFAULT_DOMAIN,
+    kind: Kind,
+    free_inputs: Iterable[int] = (),
+    replace: bool = False,
+) -> Callable[[RuleFn], RuleFn]:
+    """Register ``fn`` as the cost rule of one op type (or several sharing the rule)."""
+    names = [op_type] if isinstance(op_type, str) else list(op_type)
+
+    def deco(fn: RuleFn) -> RuleFn:
+        for name in names:
+            key = (_norm_domain(domain), name)
+            if key in _RULES and not replace:
+                raise ValueError(f"a rule for {key[0]}::{name} is already registered (pass replace=True)")
+            _RULES[key] = RuleEntry(name, key[0], kind, fn, frozenset(free_inputs))
+        return fn
+
+    return deco
+
+
+def _zero(_: NodeView) -> Work:
+    return ZERO
+
+
+def register_free(
+    op_types: Iterable[str], *, domain: str = DEFAULT_DOMAIN, kind: Kind, free_inputs: Iterable[int] = ()
+) -> None:
+    """Register ops that compute nothing, on purpose (zero FLOPs, bytes as their kind says)."""
+    rule(list(op_types), domain=domain, kind=kind, free_inputs=free_inputs)(_zero)
+
+
+def lookup(domain: str, op_type: str) -> RuleEntry | None:
+    return _RULES.get((_norm_domain(domain), op_type))
+
+
+def registered() -> dict[tuple[str, str], RuleEntry]:
+    """A copy of the whole table, for docs and coverage reports."""
+    return dict(_RULES)
+
+
+def unregister(op_type: str, domain: str = DEFAULT_DOMAIN) -> None:
+    _RULES.pop((_norm_domain(domain), op_type), None)
+
+
+_MISSING = object()
+
+
+def schema_default(node: Node, name: str) -> Any:
+    """The ONNX schema's default for an attribute at the node's opset, or ``_MISSING``."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max(node.opset, 1),
+                                      "" if node.domain == DEFAULT_DOMAIN else node.domain)
+    except Exception:  # noqa: BLE001 - ops outside onnx.defs (com.microsoft, custom) have no schema here
+        return _MISSING
+    attr = schema.attributes.get(name)
+    if attr is None or not attr.default_value.name:
+        return _MISSING
+    return onnx.helper.get_attribute_value(attr.default_value)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What a rule sees of a node: typed inputs/outputs (None where omitted or unknown) and attributes."""
+
+    node: Node
+    inputs: tuple[Tensor | None, ...]
+    outputs: tuple[Tensor | None, ...]
+    graph: Graph
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+    @property
+    def opset(self) -> int:
+        return self.node.opset
+
+    def attr(self, name: str, default: Any = _MISSING) -> Any:
+        """Attribute value: the node's, else the ONNX schema default, else ``default``."""
+        value = self.node.attribute(name)
+        if value is not None:
+            if isinstance(value, bytes):
+                return value.decode("utf-8", "replace")
+            return value
+        sd = schema_default(self.node, name)
+        if sd is not _MISSING:
+            return sd.decode("utf-8", "replace") if isinstance(sd, bytes) else sd
+        if default is _MISSING:
+            return None
+        return default
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.node.inputs) and bool(self.node.inputs[i])
+
+    def in_shape(self, i: int) -> Shape:
+        t = self.inputs[i] if i < len(self.inputs) else None
+        if t is None or t.shape is None:
+            raise ShapeUnknown(f"shape of input {i} ({self._in_name(i)}) is unknown")
+        return t.shape
+
+    def out_shape(self, i: int = 0) -> Shape:
+        t = self.outputs[i] if i < len(self.outputs) else None
+        if t is None or t.shape is None:
+            name = self.node.outputs[i] if i < len(self.node.outputs) else "?"
+            raise ShapeUnknown(f"shape of output {i} ({name}) is unknown")
+        return t.shape
+
+    def in_numel(self, i: int) -> Dim:
+        return numel(self.in_shape(i))
+
+    def out_numel(self, i: int = 0) -> Dim:
+        return numel(self.out_shape(i))
+
+    def in_dtype(self, i: int) -> str:
+        t = self.inputs[i] if i < len(self.inputs) else None
+        return "unknown" if t is None else t.dtype
+
+    def const_value(self, i: int) -> np.ndarray | None:
+        """Value of input ``i`` when it is a constant the graph holds (initializer or Constant node)."""
+        if not self.has_input(i):
+            return None
+        return self.graph.constant_value(self.node.inputs[i])
+
+    def _in_name(self, i: int) -> str:
+        return self.node.inputs[i] if i < len(self.node.inputs) else "?"

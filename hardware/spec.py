@@ -1,0 +1,93 @@
+"""HardwareSpec: the roofs a bound is computed against.
+
+Units are SI throughout: ops/s, bytes/s, bytes, joules per byte, watts. Conversions to TFLOP/s or
+GB/s happen only in reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+DEFAULT_ENERGY_PER_BYTE = 160e-12
+"""Joules per DRAM byte when a spec gives none: 160 pJ/B, the textbook off-chip figure."""
+
+TEXTBOOK_COMPUTE_EFFICIENCY = 0.6
+TEXTBOOK_BANDWIDTH_EFFICIENCY = 0.7
+"""Placeholder derating: sustained kernels reach about 0.6 of peak compute and 0.7 of peak bandwidth."""
+
+# When a spec has no peak for a node's dtype, the dtype whose peak is used instead, in order.
+_FALLBACK: dict[str, tuple[str, ...]] = {
+    "float64": ("float64", "float32"),
+    "float32": ("float32",),
+    "float16": ("float16", "bfloat16", "float32"),
+    "bfloat16": ("bfloat16", "float16", "float32"),
+    "float8_e4m3fn": ("float8", "int8", "float16", "float32"),
+    "float8_e5m2": ("float8", "int8", "float16", "float32"),
+    "int8": ("int8", "float16", "float32"),
+    "uint8": ("int8", "float16", "float32"),
+    "int4": ("int4", "int8", "float16", "float32"),
+    "uint4": ("int4", "int8", "float16", "float32"),
+}
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One device's roofs. ``peak_flops`` maps numpy-style dtype names to ops/s."""
+
+    name: str
+    peak_flops: Mapping[str, float]
+    memory_bandwidth: float
+    onchip_bytes: int | None = None
+    onchip_bandwidth: float | None = None
+    energy_per_byte: float = DEFAULT_ENERGY_PER_BYTE
+    sustained_power_w: float | None = None
+    kind: str = "custom"
+    description: str = ""
+    sources: tuple[str, ...] = ()
+    derating: tuple[float, float] | None = field(default=None)
+    """(compute, bandwidth) efficiency factors already applied to the peaks, or None for raw peaks."""
+
+    def __post_init__(self) -> None:
+        if not self.peak_flops:
+            raise ValueError(f"hardware {self.name!r}: no peak_flops given")
+        for dtype, value in self.peak_flops.items():
+            if not value > 0:
+                raise ValueError(f"hardware {self.name!r}: peak_flops[{dtype}] must be > 0, got {value}")
+        if not self.memory_bandwidth > 0:
+            raise ValueError(f"hardware {self.name!r}: memory_bandwidth must be > 0")
+        object.__setattr__(self, "peak_flops", MappingProxyType(dict(self.peak_flops)))
+
+    def peak_for(self, dtype: str) -> tuple[float, str]:
+        """Peak ops/s for a compute dtype and the dtype whose peak it is.
+
+        Integer index types (int64, int32, bool) and unknown dtypes use the float32 peak, or the
+        first peak the spec lists.
+        """
+        for candidate in _FALLBACK.get(dtype, (dtype, "float32")):
+            if candidate in self.peak_flops:
+                return self.peak_flops[candidate], candidate
+        first = next(iter(self.peak_flops))
+        return self.peak_flops[first], first
+
+    def ridge_point(self, dtype: str = "float32") -> float:
+        """Arithmetic intensity (ops/B) at which compute and DRAM bandwidth roofs meet."""
+        return self.peak_for(dtype)[0] / self.memory_bandwidth
+
+    def derated(
+        self,
+        compute: float = TEXTBOOK_COMPUTE_EFFICIENCY,
+        bandwidth: float = TEXTBOOK_BANDWIDTH_EFFICIENCY,
+    ) -> HardwareSpec:
+        """The same device at sustained rather than peak roofs (named option ``--derate``)."""
+        if not (0 < compute <= 1 and 0 < bandwidth <= 1):
+            raise ValueError("derating factors must be in (0, 1]")
+        return replace(
+            self,
+            name=f"{self.name} (derated {compute:g}/{bandwidth:g})",
+            peak_flops={k: v * compute for k, v in self.peak_flops.items()},
+            memory_bandwidth=self.memory_bandwidth * bandwidth,
+            onchip_bandwidth=None if self.onchip_bandwidth is None else self.onchip_bandwidth * bandwidth,
+            derating=(compute, bandwidth),
+        )
