@@ -1,0 +1,1 @@
+"""control ops (rules to be written)."""

@@ -1,0 +1,1 @@
+"""microsoft ops (rules to be written)."""

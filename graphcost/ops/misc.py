@@ -1,0 +1,1 @@
+"""misc ops (rules to be written)."""

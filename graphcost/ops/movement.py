@@ -1,0 +1,1 @@
+"""movement ops (rules to be written)."""

@@ -1,0 +1,1 @@
+"""norm ops (rules to be written)."""

@@ -1,0 +1,1 @@
+"""pool ops (rules to be written)."""

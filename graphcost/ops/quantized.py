@@ -1,0 +1,1 @@
+"""quantized ops (rules to be written)."""

@@ -1,0 +1,1 @@
+"""reduce ops (rules to be written)."""

@@ -1,0 +1,1 @@
+"""rnn ops (rules to be written)."""
