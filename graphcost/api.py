@@ -1,0 +1,199 @@
+"""The pipeline as a short list of explicit calls: load → shapes → costs → roofline → report."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sympy
+
+from graphcost._dims import Dim, free_names, numel, to_text
+from graphcost.graph import Graph, TensorKind, Tensor
+from graphcost.hardware.spec import HardwareSpec
+from graphcost.load import Model, load
+from graphcost.passes.costs import CostResult, count_costs, tensor_bytes
+from graphcost.passes.roofline import roofline
+from graphcost.passes.shapes import infer_shapes
+from graphcost.report.model import (
+    Coverage,
+    ModelInfo,
+    NodeReport,
+    Report,
+    ReportTotals,
+    TensorInfo,
+    Warning_,
+)
+
+DEFAULT_DIM_VALUE = 1
+"""Value used for a dim nobody bound, so numbers can be given; always stated with a warning."""
+
+ModelSource = str | os.PathLike[str] | bytes | Any
+
+
+def _hardware(hardware: str | HardwareSpec | None) -> HardwareSpec:
+    if isinstance(hardware, HardwareSpec):
+        return hardware
+    from graphcost.hardware import catalog
+
+    return catalog.resolve(hardware or catalog.DEFAULT_HARDWARE)
+
+
+def analyze(
+    model: ModelSource,
+    *,
+    hardware: str | HardwareSpec | None = None,
+    dims: Mapping[str, int] | None = None,
+    input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+    derate: bool | tuple[float, float] = False,
+    capacity: bool = True,
+) -> Report:
+    """Analyze a model (path, bytes, ModelProto or loaded Model) on a device.
+
+    ``dims`` binds named dims (``{"batch": 8}``); dims left unbound get ``DEFAULT_DIM_VALUE`` with a
+    warning, and the totals also carry exact formulas in the dim names. ``derate`` applies the
+    textbook efficiency placeholders (True) or the given (compute, bandwidth) factors.
+    """
+    hw = _hardware(hardware)
+    if derate:
+        hw = hw.derated(*derate) if isinstance(derate, tuple) else hw.derated()
+    m = model if isinstance(model, Model) else load(model)
+    shapes = infer_shapes(m, input_shapes=input_shapes, dims=dims)
+    graph = shapes.graph
+    costs = count_costs(graph)
+    model_dims = _all_dims(graph, costs)
+    bound = dict(dims or {})
+    unknown_names = sorted(set(bound) - model_dims)
+    if unknown_names:
+        raise ValueError(f"--dim {unknown_names[0]}: the model has no dim of that name "
+                         f"(its dims: {', '.join(sorted(model_dims)) or 'none, all shapes are static'})")
+    warnings = [Warning_(w.node, w.message) for w in shapes.warnings]
+    defaulted = sorted(model_dims - set(bound))
+    binding = {**{d: DEFAULT_DIM_VALUE for d in defaulted}, **bound}
+    if defaulted:
+        shown = ", ".join(f"{d}={DEFAULT_DIM_VALUE}" for d in defaulted[:8])
+        more = f" and {len(defaulted) - 8} more" if len(defaulted) > 8 else ""
+        warnings.append(Warning_(None, f"unbound dims: numbers use {shown}{more}; bind them with --dim NAME=VALUE "
+                                       "(exact formulas are in totals.formulas)"))
+    bounds = roofline(costs, hw, binding, graph=graph, capacity=capacity)
+    warnings.extend(Warning_(w.node, w.message) for w in costs.warnings)
+    formulas = _formulas(costs) if model_dims else {}
+    t = bounds.totals
+    totals = ReportTotals(
+        flops=t.flops, macs=t.macs, bytes_read=t.bytes_read, bytes_written=t.bytes_written, bytes=t.bytes,
+        dram_bytes=t.dram_bytes, intensity=t.intensity, compute_time_s=t.compute_time_s,
+        memory_time_s=t.memory_time_s, roofline_time_s=t.roofline_time_s, bound=t.bound,
+        energy_floor_j=t.energy_floor_j, unknown_nodes=t.unknown_nodes, formulas=formulas)
+    nodes = tuple(
+        NodeReport(
+            name=c.name, op_type=c.op_type, domain=c.domain, kind=c.kind, dtype=c.dtype, flops=b.flops,
+            macs=b.macs, bytes_read=b.bytes_read, bytes_written=b.bytes_written, dram_bytes=b.dram_bytes,
+            intensity=b.intensity, compute_time_s=b.compute_time_s, memory_time_s=b.memory_time_s,
+            roofline_time_s=b.roofline_time_s, bound=b.bound,
+            inputs=tuple(TensorInfo(r.name, _shape_out(r.shape), r.dtype) for r in c.inputs),
+            outputs=tuple(TensorInfo(r.name, _shape_out(r.shape), r.dtype) for r in c.outputs),
+            depth=c.depth, parent=c.parent,
+            multiplier=c.multiplier if isinstance(c.multiplier, int) else to_text(c.multiplier),
+            note=c.note, unknown_reason=c.unknown_reason, has_rule=c.has_rule)
+        for c, b in zip(costs.nodes, bounds.nodes))
+    return Report(
+        model=_model_info(m, graph, len(costs.top_level())),
+        hardware=hw,
+        totals=totals,
+        nodes=nodes,
+        warnings=tuple(warnings),
+        binding=binding,
+        defaulted_dims=tuple(defaulted),
+        coverage=_coverage(nodes),
+        shape_engines=shapes.engines,
+    )
+
+
+def _shape_out(shape: tuple[Dim, ...] | None) -> tuple[int | str, ...] | None:
+    if shape is None:
+        return None
+    return tuple(d if isinstance(d, int) else to_text(d) for d in shape)
+
+
+def _all_dims(graph: Graph, costs: CostResult) -> set[str]:
+    """Every dim name the numbers depend on (shapes of costed tensors and trip-count symbols)."""
+    names: set[str] = set()
+    for c in costs.nodes:
+        for v in (c.flops, c.macs, c.bytes_read, c.bytes_written, c.multiplier):
+            if v is not None and not isinstance(v, int):
+                names |= free_names(v)
+    for name in graph.input_names:
+        t = graph.tensor(name)
+        if t is not None and t.shape is not None:
+            for d in t.shape:
+                names |= free_names(d)
+    return names
+
+
+def _formulas(costs: CostResult) -> dict[str, str]:
+    """Exact totals over top-level nodes of known cost, as formulas in the dim names."""
+    out: dict[str, str] = {}
+    top = costs.top_level()
+    for key in ("flops", "macs", "bytes_read", "bytes_written"):
+        terms: list[Dim] = [getattr(c, key) for c in top if getattr(c, key) is not None]
+        ints = sum(t for t in terms if isinstance(t, int))
+        symbolic = [t for t in terms if not isinstance(t, int)]
+        total = sympy.Add(ints, *symbolic) if symbolic else sympy.Integer(ints)
+        out[key] = to_text(total)
+    out["bytes"] = to_text(sympy.sympify(out["bytes_read"]) + sympy.sympify(out["bytes_written"]))
+    return out
+
+
+def _tensor_info(t: Tensor | None, name: str) -> TensorInfo:
+    if t is None:
+        return TensorInfo(name, None, "unknown")
+    return TensorInfo(name, _shape_out(t.shape), t.dtype)
+
+
+def _walk(graph: Graph):  # type: ignore[no-untyped-def]
+    yield graph
+    for node in graph.nodes():
+        for _, child in graph.children(node.name):
+            yield from _walk(child)
+
+
+def _model_info(m: Model, graph: Graph, node_count: int) -> ModelInfo:
+    params = 0
+    param_bytes = 0
+    for g in _walk(graph):
+        for t in g.tensors().values():
+            if t.kind != TensorKind.PARAMETER or t.shape is None:
+                continue
+            n = numel(t.shape)
+            b = tensor_bytes(t)
+            if isinstance(n, int):
+                params += n
+            if isinstance(b, int):
+                param_bytes += b
+    p = m.proto
+    return ModelInfo(
+        path=m.path, ir_version=int(p.ir_version), opsets=m.opsets, producer=m.producer, node_count=node_count,
+        parameter_count=params, parameter_bytes=param_bytes,
+        inputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.input_names),
+        outputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.output_names))
+
+
+def _coverage(nodes: tuple[NodeReport, ...]) -> Coverage:
+    top = [n for n in nodes if n.depth == 0]
+    unknown: dict[str, int] = {}
+    bytes_all: float = 0
+    bytes_rule: float = 0
+    with_rule = 0
+    for n in top:
+        b = n.bytes or 0
+        bytes_all += b
+        if n.flops is not None:
+            with_rule += 1
+            bytes_rule += b
+        else:
+            key = n.op_type if n.domain == "ai.onnx" else f"{n.domain}::{n.op_type}"
+            unknown[key] = unknown.get(key, 0) + 1
+    return Coverage(len(top), with_rule, bytes_all, bytes_rule, dict(sorted(unknown.items())))
+
+
+__all__ = ["analyze", "load"]

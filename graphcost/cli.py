@@ -1,0 +1,202 @@
+"""Command line: argument parsing and exit codes only; the analysis lives in the API.
+
+Exit codes: 0 success; 2 bad input (a file that is not a readable ONNX model, a bad flag or value),
+always with one line on stderr naming the file or flag and the problem, never a traceback.
+Set GRAPHCOST_DEBUG=1 to see tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One line with the reason (argparse would print the whole usage first).
+        self.exit(EXIT_BAD_INPUT, f"graphcost: {message} (see graphcost {self.prog.split()[-1]} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="graphcost", description="Static cost analysis of ONNX models.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+
+    a = sub.add_parser("analyze", help="FLOPs, bytes and roofline bound of a model",
+                       description="Per-node FLOPs, MACs, bytes and roofline bounds of an ONNX model.")
+    a.add_argument("model", help="path to an .onnx file")
+    _hardware_flags(a)
+    a.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic dim (repeatable), e.g. --dim batch=8 --dim seq=512")
+    a.add_argument("--input-shape", action="append", default=[], metavar="INPUT=DIMS",
+                   help="fix a graph input's whole shape, e.g. input=1x3x224x224 (repeatable)")
+    a.add_argument("--format", choices=("text", "json", "csv"), default="text")
+    a.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    a.add_argument("--top", type=int, default=10, metavar="N", help="nodes in the top-N table (text)")
+
+    h = sub.add_parser("hardware", help="list or show device specs")
+    hs = h.add_subparsers(dest="hw_command", parser_class=_Parser)
+    hs.add_parser("list", help="list catalog devices")
+    show = hs.add_parser("show", help="show one device (name or TOML file)")
+    show.add_argument("name")
+    return p
+
+
+def _hardware_flags(a: argparse.ArgumentParser) -> None:
+    a.add_argument("--hardware", metavar="NAME|FILE",
+                   help="catalog device name or a TOML spec file (default: edge-soc; see graphcost hardware list)")
+    a.add_argument("--peak-flops", action="append", default=[], metavar="[DTYPE=]F",
+                   help="override/define a peak, e.g. 2e12 or float16=4T (repeatable)")
+    a.add_argument("--memory-bandwidth", metavar="B", help="DRAM bandwidth in B/s, e.g. 50e9 or 50GB/s")
+    a.add_argument("--energy-per-byte", metavar="J", help="energy per DRAM byte, e.g. 160e-12 or 160pJ")
+    a.add_argument("--derate", nargs="?", const="0.6,0.7", default=None, metavar="C,B",
+                   help="derate peaks to sustained roofs (default placeholders 0.6 compute, 0.7 bandwidth)")
+    a.add_argument("--no-capacity", action="store_true",
+                   help="charge every byte at DRAM bandwidth even when the working set fits on chip")
+
+
+def _parse_dims(items: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise CliError(f"--dim {item!r}: expected NAME=VALUE, e.g. batch=8")
+        try:
+            v = int(value)
+        except ValueError:
+            raise CliError(f"--dim {item!r}: value must be a whole number") from None
+        if v < 0:
+            raise CliError(f"--dim {item!r}: value must be ≥ 0")
+        out[name.strip()] = v
+    return out
+
+
+def _resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from graphcost.hardware import catalog
+
+    try:
+        peaks = dict(catalog.parse_peak_flops(x) for x in args.peak_flops)
+        bw = catalog.parse_quantity(args.memory_bandwidth) if args.memory_bandwidth else None
+        epb = catalog.parse_quantity(args.energy_per_byte) if args.energy_per_byte else None
+        if args.hardware is None and peaks and bw is not None:
+            spec = catalog.adhoc(peaks, bw, epb)
+        else:
+            spec = catalog.resolve(args.hardware or catalog.DEFAULT_HARDWARE)
+            if peaks or bw is not None or epb is not None:
+                spec = catalog.override(spec, peak_flops=peaks or None, memory_bandwidth=bw, energy_per_byte=epb)
+        if args.derate:
+            parts = args.derate.split(",")
+            if len(parts) != 2:
+                raise CliError(f"--derate {args.derate!r}: expected COMPUTE,BANDWIDTH, e.g. 0.6,0.7")
+            spec = spec.derated(float(parts[0]), float(parts[1]))
+    except CliError:
+        raise
+    except ValueError as e:
+        raise CliError(str(e).splitlines()[0]) from None
+    return spec
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from graphcost.api import analyze
+    from graphcost.load import LoadError
+    from graphcost.passes.shapes import parse_input_shape
+
+    dims = _parse_dims(args.dim)
+    try:
+        shapes = dict(parse_input_shape(x) for x in args.input_shape)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    if args.top < 0:
+        raise CliError("--top must be ≥ 0")
+    if args.output and os.path.exists(args.output) and os.path.exists(args.model) \
+            and os.path.samefile(args.output, args.model):
+        raise CliError(f"--output {args.output}: refusing to overwrite the input model")
+    hw = _resolve_hardware(args)
+    try:
+        report = analyze(args.model, hardware=hw, dims=dims, input_shapes=shapes, capacity=not args.no_capacity)
+    except LoadError as e:
+        raise CliError(str(e)) from None
+    except ValueError as e:
+        raise CliError(f"{args.model}: {str(e).splitlines()[0]}") from None
+    if args.format == "json":
+        text = report.to_json() + "\n"
+    elif args.format == "csv":
+        text = report.to_csv()
+    else:
+        text = report.to_text(top=args.top)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise CliError(f"--output {args.output}: cannot write ({e.strerror or e})") from None
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _cmd_hardware(args: argparse.Namespace) -> int:
+    from graphcost.hardware import catalog
+
+    if args.hw_command == "show":
+        try:
+            spec = catalog.resolve(args.name)
+        except ValueError as e:
+            raise CliError(str(e).splitlines()[0]) from None
+        sys.stdout.write(catalog.describe(spec).rstrip("\n") + "\n")
+        return EXIT_OK
+    rows = []
+    for s in catalog.list_specs():
+        f32 = s.peak_flops.get("float32")
+        rows.append(f"{s.name:<22} {s.kind:<5} fp32 {('%.2f' % (f32 / 1e12)) if f32 else '   -':>7} TFLOP/s  "
+                    f"DRAM {s.memory_bandwidth / 1e9:8.1f} GB/s  {s.description}")
+    sys.stdout.write("\n".join(rows) + "\n")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from graphcost import __version__
+
+        print(f"graphcost {__version__}")
+        return EXIT_OK
+    try:
+        if args.command == "analyze":
+            return _cmd_analyze(args)
+        if args.command == "hardware":
+            if args.hw_command is None:
+                raise CliError("hardware: expected 'list' or 'show NAME'")
+            return _cmd_hardware(args)
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    except CliError as e:
+        print(f"graphcost: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("graphcost: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as e:  # the last resort: one line, never a traceback (unless asked)
+        if os.environ.get("GRAPHCOST_DEBUG"):
+            raise
+        target = getattr(args, "model", None)
+        where = f"{target}: " if target else ""
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"graphcost: {where}cannot analyze ({type(e).__name__}: {msg})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""The Report: typed, frozen results assembled from the passes, and its JSON form.
+
+The JSON contract (``schema: "graphcost.report/1"``) is documented in ``docs/json-schema.md``; a
+test pins its keys. Later passes add sections (``fusion``, ``memory``, ``batchnorm``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphcost.hardware.spec import HardwareSpec
+
+SCHEMA = "graphcost.report/1"
+
+Number = int | float
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int | str, ...] | None
+    dtype: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": None if self.shape is None else list(self.shape), "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    name: str
+    op_type: str
+    domain: str
+    kind: str | None
+    dtype: str
+    flops: Number | None
+    macs: Number | None
+    bytes_read: Number | None
+    bytes_written: Number | None
+    dram_bytes: Number | None
+    intensity: float | None
+    compute_time_s: float | None
+    memory_time_s: float | None
+    roofline_time_s: float | None
+    bound: str | None
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    depth: int = 0
+    parent: str | None = None
+    multiplier: Number | str = 1
+    note: str = ""
+    unknown_reason: str | None = None
+    has_rule: bool = True
+    fusion_group: str | None = None
+
+    @property
+    def bytes(self) -> Number | None:
+        if self.bytes_read is None or self.bytes_written is None:
+            return None
+        return self.bytes_read + self.bytes_written
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "op_type": self.op_type, "domain": self.domain, "kind": self.kind,
+            "dtype": self.dtype, "flops": self.flops, "macs": self.macs, "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written, "dram_bytes": self.dram_bytes, "intensity": self.intensity,
+            "compute_time_s": self.compute_time_s, "memory_time_s": self.memory_time_s,
+            "roofline_time_s": self.roofline_time_s, "bound": self.bound, "fusion_group": self.fusion_group,
+            "depth": self.depth, "parent": self.parent, "multiplier": self.multiplier, "note": self.note or None,
+            "unknown_reason": self.unknown_reason,
+            "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
+        }
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str | None
+    ir_version: int
+    opsets: Mapping[str, int]
+    producer: str
+    node_count: int
+    parameter_count: int
+    parameter_bytes: int
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "ir_version": self.ir_version, "opsets": dict(self.opsets),
+            "producer": self.producer, "node_count": self.node_count, "parameter_count": self.parameter_count,
+            "parameter_bytes": self.parameter_bytes, "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+        }
+
+
+@dataclass(frozen=True)
+class ReportTotals:
+    flops: Number
+    macs: Number
+    bytes_read: Number
+    bytes_written: Number
+    bytes: Number
+    dram_bytes: Number
+    intensity: float | None
+    compute_time_s: float
+    memory_time_s: float
+    roofline_time_s: float
+    bound: str
+    energy_floor_j: float
+    unknown_nodes: int
+    formulas: Mapping[str, str] = field(default_factory=dict)
+    """Exact totals as formulas in the dim names, for each count that depends on unbound dims."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "flops": self.flops, "macs": self.macs, "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written, "bytes": self.bytes, "dram_bytes": self.dram_bytes,
+            "intensity": self.intensity, "compute_time_s": self.compute_time_s,
+            "memory_time_s": self.memory_time_s, "roofline_time_s": self.roofline_time_s, "bound": self.bound,
+            "energy_floor_j": self.energy_floor_j, "unknown_nodes": self.unknown_nodes,
+            "formulas": dict(self.formulas),
+        }
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the model has a cost rule: share of nodes and of bytes moved."""
+
+    nodes: int
+    nodes_with_rule: int
+    bytes: Number
+    bytes_with_rule: Number
+    unknown_ops: Mapping[str, int]
+
+    @property
+    def node_share(self) -> float:
+        return self.nodes_with_rule / self.nodes if self.nodes else 1.0
+
+    @property
+    def byte_share(self) -> float:
+        return self.bytes_with_rule / self.bytes if self.bytes else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "nodes_with_rule": self.nodes_with_rule, "node_share": self.node_share,
+                "bytes": self.bytes, "bytes_with_rule": self.bytes_with_rule, "byte_share": self.byte_share,
+                "unknown_ops": dict(self.unknown_ops)}
+
+
+@dataclass(frozen=True)
+class Warning_:
+    node: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "message": self.message}
+
+
+@dataclass(frozen=True)
+class OpTypeRow:
+    op_type: str
+    domain: str
+    count: int
+    flops: Number | None
+    macs: Number
+    bytes: Number
+    roofline_time_s: float
+    share_time: float
+
+
+def hardware_dict(hw: HardwareSpec) -> dict[str, Any]:
+    return {
+        "name": hw.name,
+        "peak_flops": dict(hw.peak_flops),
+        "memory_bandwidth": hw.memory_bandwidth,
+        "ridge_point": {k: v / hw.memory_bandwidth for k, v in hw.peak_flops.items()},
+        "onchip_bytes": hw.onchip_bytes,
+        "onchip_bandwidth": hw.onchip_bandwidth,
+        "energy_per_byte": hw.energy_per_byte,
+        "derating": None if hw.derating is None else {"compute": hw.derating[0], "bandwidth": hw.derating[1]},
+    }
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything one analysis found. Frozen; render with to_json / to_csv / to_text."""
+
+    model: ModelInfo
+    hardware: HardwareSpec
+    totals: ReportTotals
+    nodes: tuple[NodeReport, ...]
+    warnings: tuple[Warning_, ...]
+    binding: Mapping[str, int]
+    """The value used for every dim in the numbers (given with --dim or defaulted)."""
+    defaulted_dims: tuple[str, ...]
+    """Dims no one bound: the numbers use the stated default for these."""
+    coverage: Coverage
+    shape_engines: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+    def by_op_type(self) -> list[OpTypeRow]:
+        """Top-level nodes grouped by (domain, op_type), slowest first."""
+        groups: dict[tuple[str, str], list[NodeReport]] = {}
+        for n in self.nodes:
+            if n.depth == 0:
+                groups.setdefault((n.domain, n.op_type), []).append(n)
+        total_t = self.totals.roofline_time_s or 0.0
+        rows = []
+        for (domain, op), ns in groups.items():
+            known = [n.flops for n in ns if n.flops is not None]
+            flops = sum(known) if len(known) == len(ns) else None
+            t = sum(n.roofline_time_s or 0.0 for n in ns)
+            rows.append(OpTypeRow(op, domain, len(ns), flops, sum(n.macs or 0 for n in ns),
+                                  sum(n.bytes or 0 for n in ns), t, t / total_t if total_t else 0.0))
+        rows.sort(key=lambda r: (-r.roofline_time_s, r.op_type))
+        return rows
+
+    def top(self, n: int = 10) -> list[NodeReport]:
+        """The ``n`` top-level nodes with the largest bound time."""
+        tops = [x for x in self.nodes if x.depth == 0 and x.roofline_time_s is not None]
+        return sorted(tops, key=lambda x: -(x.roofline_time_s or 0.0))[:n]
+
+    def node(self, name: str) -> NodeReport:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "model": self.model.to_dict(),
+            "hardware": hardware_dict(self.hardware),
+            "binding": dict(self.binding),
+            "defaulted_dims": list(self.defaulted_dims),
+            "totals": self.totals.to_dict(),
+            "coverage": self.coverage.to_dict(),
+            "shape_inference": list(self.shape_engines),
+            "nodes": [n.to_dict() for n in self.nodes],
+            "warnings": [w.to_dict() for w in self.warnings],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(_finite(self.to_dict()), indent=indent)
+
+    def to_csv(self) -> str:
+        from graphcost.report.csv import render_csv
+
+        return render_csv(self)
+
+    def to_text(self, top: int = 10, width: int = 120) -> str:
+        from graphcost.report.text import render_text
+
+        return render_text(self, top=top, width=width)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no inf/nan: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

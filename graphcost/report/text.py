@@ -1,0 +1,89 @@
+"""Text: summary, top nodes by bound time, per-op-type table, warnings (rich tables, plain text out)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from graphcost.report.model import Report
+from graphcost.report.units import bytes_, seconds, si
+
+MAX_WARNINGS = 20
+
+
+def render_text(report: Report, *, top: int = 10, width: int = 120) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False,
+                  markup=False, emoji=False)
+    m, t, hw = report.model, report.totals, report.hardware
+    con.print(f"graphcost — {m.path or '<in-memory model>'}")
+    opsets = ", ".join(f"{k} {v}" for k, v in sorted(m.opsets.items()))
+    con.print(f"  producer {m.producer or '?'} · IR {m.ir_version} · opsets {opsets}")
+    con.print(f"  {m.node_count} nodes · {m.parameter_count:,} parameters ({bytes_(m.parameter_bytes)})")
+    for i in m.inputs:
+        shape = "?" if i.shape is None else "×".join(str(d) for d in i.shape)
+        con.print(f"  input  {i.name}: {i.dtype}[{shape}]")
+    if report.binding:
+        dims = ", ".join(f"{k}={v}" for k, v in sorted(report.binding.items()))
+        con.print(f"  dims   {dims}" + (f"  (defaulted: {', '.join(report.defaulted_dims)})"
+                                        if report.defaulted_dims else ""))
+    peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in hw.peak_flops.items())
+    con.print(f"  hardware {hw.name}: {peaks}; DRAM {si(hw.memory_bandwidth, 'B/s')}; "
+              f"ridge {hw.ridge_point('float32'):.1f} FLOP/B (float32)")
+    con.print()
+    summary = Table(title="Summary", show_header=False, box=None, pad_edge=False)
+    summary.add_column(justify="left")
+    summary.add_column(justify="right")
+    summary.add_row("FLOPs", f"{t.flops:,} ({si(t.flops, 'FLOP')})")
+    summary.add_row("MACs", f"{t.macs:,}")
+    summary.add_row("bytes (read + written)", f"{t.bytes:,} ({bytes_(t.bytes)})")
+    if t.dram_bytes != t.bytes:
+        summary.add_row("  of which DRAM", f"{t.dram_bytes:,} ({bytes_(t.dram_bytes)})")
+    summary.add_row("intensity", "?" if t.intensity is None else f"{t.intensity:.2f} FLOP/B")
+    summary.add_row("compute time", seconds(t.compute_time_s))
+    summary.add_row("memory time", seconds(t.memory_time_s))
+    summary.add_row("roofline bound (Σ per node)", f"{seconds(t.roofline_time_s)} ({t.bound}-bound overall)")
+    summary.add_row("energy floor", f"{t.energy_floor_j * 1e3:.3f} mJ")
+    cov = report.coverage
+    summary.add_row("coverage", f"{cov.node_share:.1%} of nodes, {cov.byte_share:.1%} of bytes have a rule")
+    summary.add_row("unknown nodes", str(t.unknown_nodes))
+    con.print(summary)
+    for key, formula in t.formulas.items():
+        con.print(f"  {key} = {formula}")
+    con.print()
+
+    tops = Table(title=f"Top {top} nodes by bound time")
+    for col, j in (("node", "left"), ("op", "left"), ("FLOPs", "right"), ("bytes", "right"),
+                   ("FLOP/B", "right"), ("bound", "right"), ("by", "left"), ("share", "right")):
+        tops.add_column(col, justify=j)  # type: ignore[arg-type]
+    for n in report.top(top):
+        share = (n.roofline_time_s or 0.0) / t.roofline_time_s if t.roofline_time_s else 0.0
+        tops.add_row(_short(n.name), n.op_type, si(n.flops), bytes_(n.bytes),
+                     "?" if n.intensity is None else f"{n.intensity:.1f}", seconds(n.roofline_time_s),
+                     n.bound or "?", f"{share:.1%}")
+    con.print(tops)
+    con.print()
+
+    ops = Table(title="By op type")
+    for col, j in (("op", "left"), ("count", "right"), ("FLOPs", "right"), ("bytes", "right"),
+                   ("bound", "right"), ("share", "right")):
+        ops.add_column(col, justify=j)  # type: ignore[arg-type]
+    for r in report.by_op_type():
+        name = r.op_type if r.domain == "ai.onnx" else f"{r.domain}::{r.op_type}"
+        ops.add_row(name, str(r.count), "unknown" if r.flops is None else si(r.flops), bytes_(r.bytes),
+                    seconds(r.roofline_time_s), f"{r.share_time:.1%}")
+    con.print(ops)
+    if report.warnings:
+        con.print()
+        con.print(f"Warnings ({len(report.warnings)}):")
+        for w in report.warnings[:MAX_WARNINGS]:
+            con.print(f"  - {w.node + ': ' if w.node else ''}{w.message}")
+        if len(report.warnings) > MAX_WARNINGS:
+            con.print(f"  … {len(report.warnings) - MAX_WARNINGS} more (use --format json for all)")
+    return buf.getvalue()
+
+
+def _short(name: str, limit: int = 48) -> str:
+    return name if len(name) <= limit else "…" + name[-(limit - 1):]

@@ -1,0 +1,292 @@
+"""Per-node cost: dispatch each node to its op rule; charge bytes uniformly; cost control flow.
+
+Bytes are compulsory traffic: each distinct input once (initializers included, omitted optionals
+skipped) and each output once, at the tensor's dtype. Views (Reshape, Squeeze, Identity...) alias
+their input and move no bytes; metadata ops (Shape, Size) read no data.
+
+Control flow: an If is costed through both branches and carries the more expensive one (each count
+takes the larger branch, as an exact ``Max`` when the branches are symbolic); a Loop carries its body
+times its trip count (a symbol ``trips_<node>`` when the count is not a constant); a Scan carries its
+body times its sequence length. Nodes of a body are listed after their parent with path-like names
+and ``depth > 0``; totals add up top-level nodes only, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import sympy
+
+from graphcost._dims import Dim, numel, simplify_dim, symbol
+from graphcost.graph import Graph, Node, Tensor, dtype_bits
+from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, Work, lookup
+
+CONTROL_OPS = ("If", "Loop", "Scan", "SequenceMap")
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    name: str
+    shape: tuple[Dim, ...] | None
+    dtype: str
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """Cost of one node (of one execution; a body node is per iteration, see ``multiplier``).
+
+    ``flops``/``macs`` are None when unknown; ``bytes_*`` are None when a shape is unknown.
+    """
+
+    name: str
+    op_type: str
+    domain: str
+    kind: str | None
+    dtype: str
+    flops: Dim | None
+    macs: Dim | None
+    bytes_read: Dim | None
+    bytes_written: Dim | None
+    inputs: tuple[TensorRef, ...]
+    outputs: tuple[TensorRef, ...]
+    has_rule: bool
+    depth: int = 0
+    parent: str | None = None
+    multiplier: Dim = 1
+    """How many times this node runs per run of its top-level ancestor (body nodes of a Loop)."""
+    note: str = ""
+    unknown_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CostWarning:
+    node: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class CostResult:
+    nodes: tuple[NodeCost, ...]
+    warnings: tuple[CostWarning, ...]
+
+    def top_level(self) -> tuple[NodeCost, ...]:
+        return tuple(n for n in self.nodes if n.depth == 0)
+
+
+def tensor_bytes(t: Tensor | None) -> Dim | None:
+    """Bytes of a tensor: elements × bits / 8; None when shape or element size is unknown."""
+    if t is None or t.shape is None:
+        return None
+    bits = dtype_bits(t.dtype)
+    if bits is None:
+        return None
+    n = numel(t.shape)
+    if bits % 8 == 0:
+        return n * (bits // 8)
+    if isinstance(n, int):
+        return (n * bits + 7) // 8  # sub-byte types are packed, rounded up to whole bytes
+    return simplify_dim(sympy.ceiling(n * bits / sympy.Integer(8)))
+
+
+def _ref(t: Tensor | None, name: str) -> TensorRef:
+    if t is None:
+        return TensorRef(name, None, "unknown")
+    return TensorRef(name, t.shape, t.dtype)
+
+
+def _sum(values: Iterable[Dim | None]) -> Dim | None:
+    total: Dim = 0
+    for v in values:
+        if v is None:
+            return None
+        total = total + v
+    return total
+
+
+def count_costs(graph: Graph) -> CostResult:
+    """Cost every node of ``graph`` (and of its subgraphs)."""
+    nodes: list[NodeCost] = []
+    warnings: list[CostWarning] = []
+    for node in graph.nodes():
+        nodes.extend(_cost_node(graph, node, depth=0, parent=None, multiplier=1, warnings=warnings))
+    return CostResult(tuple(nodes), tuple(warnings))
+
+
+def _node_bytes(graph: Graph, node: Node, free_inputs: frozenset[int], kind: Kind | None
+                ) -> tuple[Dim | None, Dim | None, list[str]]:
+    """Bytes read (distinct inputs once) and written (outputs once), with names of unknown tensors."""
+    if kind in (Kind.VIEW, Kind.FREE):
+        return 0, 0, []
+    missing: list[str] = []
+    read: Dim = 0
+    seen: set[str] = set()
+    for slot, name in enumerate(node.inputs):
+        if not name or name in seen or slot in free_inputs:
+            continue
+        seen.add(name)
+        b = tensor_bytes(graph.tensor(name))
+        if b is None:
+            missing.append(name)
+        else:
+            read = read + b
+    written: Dim = 0
+    for name in node.outputs:
+        if not name:
+            continue
+        b = tensor_bytes(graph.tensor(name))
+        if b is None:
+            missing.append(name)
+        else:
+            written = written + b
+    if missing:
+        return None, None, missing
+    return read, written, missing
+
+
+def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, multiplier: Dim,
+               warnings: list[CostWarning]) -> list[NodeCost]:
+    inputs = tuple(graph.tensor(t) if t else None for t in node.inputs)
+    outputs = tuple(graph.tensor(t) if t else None for t in node.outputs)
+    refs_in = tuple(_ref(t, n) for t, n in zip(inputs, node.inputs) if n)
+    refs_out = tuple(_ref(t, n) for t, n in zip(outputs, node.outputs) if n)
+    dtype = next((t.dtype for t in inputs if t is not None), "unknown")
+    entry = lookup(node.domain, node.op_type)
+
+    if node.op_type in CONTROL_OPS and graph.children(node.name):
+        return _cost_control(graph, node, inputs, outputs, refs_in, refs_out, dtype, depth, parent,
+                             multiplier, warnings)
+
+    kind = entry.kind if entry is not None else None
+    b_read, b_written, missing = _node_bytes(graph, node, entry.free_inputs if entry else frozenset(), kind)
+    if missing:
+        warnings.append(CostWarning(node.name, f"shape or dtype of {', '.join(missing[:3])} unknown: "
+                                               f"bytes of {node.op_type} not counted"))
+    if entry is None:
+        reason = f"no cost rule for {node.domain}::{node.op_type}"
+        warnings.append(CostWarning(node.name, f"{reason}; FLOPs unknown (register one with graphcost.ops.rule)"))
+        return [NodeCost(node.name, node.op_type, node.domain, None, dtype, None, None, b_read, b_written,
+                         refs_in, refs_out, False, depth, parent, multiplier, "", reason)]
+    view = NodeView(node, inputs, outputs, graph)
+    try:
+        result = entry.fn(view)
+    except ShapeUnknown as e:
+        result = Unknown(str(e))
+    except Exception as e:  # a rule bug must not kill the analysis, but it must be visible
+        result = Unknown(f"cost rule for {node.op_type} failed: {type(e).__name__}: {e}")
+    if isinstance(result, Unknown):
+        warnings.append(CostWarning(node.name, f"{node.op_type}: {result.reason}; FLOPs unknown"))
+        return [NodeCost(node.name, node.op_type, node.domain, kind.value if kind else None, dtype, None, None,
+                         b_read, b_written, refs_in, refs_out, True, depth, parent, multiplier, "", result.reason)]
+    return [NodeCost(node.name, node.op_type, node.domain, kind.value if kind else None, dtype,
+                     _clean(result.flops), _clean(result.macs), b_read, b_written, refs_in, refs_out, True,
+                     depth, parent, multiplier, result.note)]
+
+
+def _clean(value: Dim) -> Dim:
+    return simplify_dim(value) if not isinstance(value, int) else value
+
+
+def _body_totals(rows: list[NodeCost], depth: int) -> tuple[Dim | None, Dim | None, Dim | None, Dim | None]:
+    """Sum of the body's direct nodes (their own totals already include deeper bodies)."""
+    direct = [r for r in rows if r.depth == depth]
+    return (_sum(r.flops for r in direct), _sum(r.macs for r in direct),
+            _sum(r.bytes_read for r in direct), _sum(r.bytes_written for r in direct))
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name).strip("_") or "node"
+
+
+def _cost_control(graph: Graph, node: Node, inputs: tuple[Tensor | None, ...], outputs: tuple[Tensor | None, ...],
+                  refs_in: tuple[TensorRef, ...], refs_out: tuple[TensorRef, ...], dtype: str, depth: int,
+                  parent: str | None, multiplier: Dim, warnings: list[CostWarning]) -> list[NodeCost]:
+    children = graph.children(node.name)
+    # Bytes of the control node itself: the inputs it reads directly (If's condition, Loop's counters).
+    own_read: Dim | None = 0
+    if node.op_type == "If":
+        own_read = tensor_bytes(inputs[0]) if inputs and inputs[0] is not None else None
+
+    if node.op_type == "If":
+        branches: list[tuple[str, list[NodeCost]]] = []
+        for label, child in children:
+            rows: list[NodeCost] = []
+            for cn in child.nodes():
+                rows.extend(_cost_node(child, cn, depth=depth + 1, parent=node.name, multiplier=multiplier,
+                                       warnings=warnings))
+            branches.append((label, rows))
+        totals = [_body_totals(rows, depth + 1) for _, rows in branches]
+        flops, macs, b_read, b_written = (_max_of([t[i] for t in totals]) for i in range(4))
+        pick = _pick_branch([t[0] for t in totals], [lbl for lbl, _ in branches])
+        note = f"If: both branches costed; totals take the more expensive ({pick})"
+        body_rows = [r for _, rows in branches for r in rows]
+        factor: Dim = 1
+    else:
+        factor, why = _trip_count(graph, node, inputs)
+        label, child = children[0]
+        body_rows = []
+        for cn in child.nodes():
+            body_rows.extend(_cost_node(child, cn, depth=depth + 1, parent=node.name,
+                                        multiplier=multiplier * factor, warnings=warnings))
+        flops, macs, b_read, b_written = (
+            None if v is None else simplify_dim(v * factor) if not isinstance(v * factor, int) else v * factor
+            for v in _body_totals(body_rows, depth + 1))
+        note = f"{node.op_type}: body × {why}"
+        if not isinstance(factor, int) and str(factor).startswith("trips_"):
+            warnings.append(CostWarning(node.name, f"{node.op_type} trip count unknown; "
+                                                   f"totals carry the symbol {factor} (bind it with --dim)"))
+    reason = None
+    if flops is None:
+        reason = f"{node.op_type} body has nodes of unknown cost"
+    read_total = None if b_read is None or own_read is None else b_read + own_read
+    row = NodeCost(node.name, node.op_type, node.domain, Kind.CONTROL.value, dtype, flops, macs, read_total,
+                   b_written, refs_in, refs_out, True, depth, parent, multiplier, note, reason)
+    return [row, *body_rows]
+
+
+def _max_of(values: list[Dim | None]) -> Dim | None:
+    if any(v is None for v in values):
+        return None
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return 0
+    if all(isinstance(v, int) for v in vals):
+        return max(vals)  # type: ignore[type-var]
+    return simplify_dim(sympy.Max(*vals))
+
+
+def _pick_branch(flops: list[Dim | None], labels: list[str]) -> str:
+    known = [(f, lbl) for f, lbl in zip(flops, labels) if f is not None]
+    if known and all(isinstance(f, int) for f, _ in known):
+        return max(known, key=lambda x: x[0])[1]  # type: ignore[arg-type,return-value]
+    return "per count, as Max(...)" if known else "unknown"
+
+
+def _trip_count(graph: Graph, node: Node, inputs: tuple[Tensor | None, ...]) -> tuple[Dim, str]:
+    """How many times the body runs: Loop's constant M, Scan's sequence length, else a named symbol."""
+    if node.op_type == "Loop":
+        if node.inputs and node.inputs[0]:
+            value = graph.constant_value(node.inputs[0])
+            if value is not None and value.size == 1:
+                trips = int(value.reshape(-1)[0])
+                return trips, f"trip count {trips}"
+        s = symbol(f"trips_{_safe(node.name)}")
+        return s, f"trip count {s} (not a constant)"
+    if node.op_type == "Scan":
+        n_scan = node.attribute("num_scan_inputs") or 0
+        n_in = len(node.inputs)
+        first_scan = n_in - int(n_scan)
+        if node.opset >= 9 and 0 <= first_scan < n_in:
+            axes = node.attribute("scan_input_axes") or [0] * int(n_scan)
+            t = inputs[first_scan]
+            if t is not None and t.shape is not None:
+                axis = int(axes[0])
+                axis = axis + len(t.shape) if axis < 0 else axis
+                return t.shape[axis], f"sequence length {t.shape[axis]}"
+        elif node.opset < 9 and len(inputs) > 1 + first_scan:
+            t = inputs[first_scan]
+            if t is not None and t.shape is not None and len(t.shape) > 1:
+                return t.shape[1], f"sequence length {t.shape[1]}"
+    s = symbol(f"trips_{_safe(node.name)}")
+    return s, f"iterations {s} (not known statically)"

@@ -1,0 +1,163 @@
+"""Roofline: costs × hardware → per-node and total lower bounds on time, and the energy floor.
+
+Per node: compute time = FLOPs / peak(dtype), memory time = bytes / bandwidth, bound = the larger.
+The node's dtype is its first input's; the peak for it follows ``HardwareSpec.peak_for``.
+
+Capacity is one of the limits. When the spec names an on-chip memory (capacity and bandwidth), a node
+whose whole working set (bytes read + written) fits on chip moves its *activation* bytes (tensors
+produced and consumed inside the graph) at on-chip bandwidth; weights, graph inputs and graph outputs
+always cross DRAM. Specs without on-chip bandwidth bound everything at DRAM bandwidth. The split is
+reported per node (``dram_bytes``) so the level every byte comes from is visible.
+
+Totals of times are sums over top-level nodes; ``totals.bound`` compares the summed compute and
+memory times. The energy floor is DRAM bytes × energy per byte (on-chip traffic is not charged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from graphcost._dims import Dim, evaluate
+from graphcost.hardware.spec import HardwareSpec
+from graphcost.graph import Graph, TensorKind
+from graphcost.passes.costs import CostResult, NodeCost, tensor_bytes
+
+Number = int | float
+
+
+@dataclass(frozen=True)
+class NodeBound:
+    name: str
+    flops: Number | None
+    macs: Number | None
+    bytes_read: Number | None
+    bytes_written: Number | None
+    dram_bytes: Number | None
+    intensity: float | None
+    peak_dtype: str
+    compute_time_s: float | None
+    memory_time_s: float | None
+    roofline_time_s: float | None
+    bound: str | None
+
+
+@dataclass(frozen=True)
+class Totals:
+    flops: Number
+    macs: Number
+    bytes_read: Number
+    bytes_written: Number
+    bytes: Number
+    dram_bytes: Number
+    intensity: float | None
+    compute_time_s: float
+    memory_time_s: float
+    roofline_time_s: float
+    bound: str
+    energy_floor_j: float
+    unknown_nodes: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Bounds:
+    nodes: tuple[NodeBound, ...]
+    totals: Totals
+
+
+def _num(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
+    if value is None:
+        return None
+    return evaluate(value, binding)
+
+
+def _onchip_bytes(graph: Graph | None, cost: NodeCost, binding: Mapping[str, int]) -> Number:
+    """Activation bytes of a node that may stay on chip (produced and consumed inside the graph)."""
+    if graph is None:
+        return 0
+    total: Number = 0
+    outputs = set(graph.output_names)
+    seen: set[str] = set()
+    for ref in (*cost.inputs, *cost.outputs):
+        if ref.name in seen or ref.name in outputs:
+            continue
+        seen.add(ref.name)
+        t = graph.tensor(ref.name)
+        if t is None or t.kind != TensorKind.ACTIVATION:
+            continue
+        b = tensor_bytes(t)
+        if b is not None:
+            total += evaluate(b, binding)
+    return total
+
+
+def roofline(
+    costs: CostResult,
+    hw: HardwareSpec,
+    binding: Mapping[str, int],
+    *,
+    graph: Graph | None = None,
+    capacity: bool = True,
+) -> Bounds:
+    """Bounds for every node; totals over top-level nodes. ``binding`` must bind every free dim."""
+    use_onchip = bool(capacity and hw.onchip_bytes and hw.onchip_bandwidth and graph is not None)
+    rows: list[NodeBound] = []
+    t_flops: Number = 0
+    t_macs: Number = 0
+    t_read: Number = 0
+    t_written: Number = 0
+    t_dram: Number = 0
+    t_compute = 0.0
+    t_memory = 0.0
+    t_roof = 0.0
+    unknown = 0
+    for c in costs.nodes:
+        flops = _num(c.flops, binding)
+        macs = _num(c.macs, binding)
+        b_read = _num(c.bytes_read, binding)
+        b_written = _num(c.bytes_written, binding)
+        peak, peak_dtype = hw.peak_for(c.dtype)
+        compute = None if flops is None else flops / peak
+        moved = None if b_read is None or b_written is None else b_read + b_written
+        dram: Number | None = moved
+        memory = None
+        if moved is not None:
+            onchip: Number = 0
+            if use_onchip and c.depth == 0 and moved <= (hw.onchip_bytes or 0):
+                onchip = min(_onchip_bytes(graph, c, binding), moved)
+            dram = moved - onchip
+            memory = dram / hw.memory_bandwidth + (onchip / hw.onchip_bandwidth if onchip else 0.0)  # type: ignore[operator]
+        intensity = None if flops is None or not moved else flops / moved
+        if compute is None and memory is None:
+            roof, bound = None, None
+        elif compute is None:
+            roof, bound = memory, "memory"
+        elif memory is None:
+            roof, bound = compute, "compute"
+        else:
+            roof = max(compute, memory)
+            bound = "compute" if compute >= memory else "memory"
+        rows.append(NodeBound(c.name, flops, macs, b_read, b_written, dram, intensity, peak_dtype, compute, memory,
+                              roof, bound))
+        if c.depth != 0:
+            continue
+        if flops is None:
+            unknown += 1
+        t_flops += flops or 0
+        t_macs += macs or 0
+        t_read += b_read or 0
+        t_written += b_written or 0
+        t_dram += dram or 0
+        t_compute += compute or 0.0
+        t_memory += memory or 0.0
+        t_roof += roof or 0.0
+    total_bytes = t_read + t_written
+    totals = Totals(
+        flops=t_flops, macs=t_macs, bytes_read=t_read, bytes_written=t_written, bytes=total_bytes,
+        dram_bytes=t_dram, intensity=(t_flops / total_bytes) if total_bytes else None,
+        compute_time_s=t_compute, memory_time_s=t_memory, roofline_time_s=t_roof,
+        bound="compute" if t_compute >= t_memory else "memory",
+        energy_floor_j=t_dram * hw.energy_per_byte, unknown_nodes=unknown,
+        nodes=sum(1 for c in costs.nodes if c.depth == 0))
+    return Bounds(tuple(rows), totals)

@@ -1,0 +1,414 @@
+"""Shape inference: onnx's inference with data propagation, plus onnxruntime's symbolic inference.
+
+Symbolic dims are kept: ``batch``, ``seq`` and derived expressions such as ``batch*seq``. The order:
+
+1. Fix graph inputs the user gave whole shapes for (``--input-shape``).
+2. Run ``onnx.shape_inference`` with data propagation on a copy whose stored value_info and output
+   shapes are cleared, so inference, not the exporter's annotation, decides.
+3. When that leaves tensors unresolved (missing shapes or minted ``unk__`` dims), run onnxruntime's
+   ``SymbolicShapeInference`` and take its shapes where they say more.
+4. When dims are bound (``--dim``) and shapes still hold unresolved dims, infer once more with the
+   bound values substituted into the inputs and use those numbers where the symbolic run had none.
+5. Where inference still knows nothing, fall back to what the file declares.
+
+The pass never changes its input model; it returns a new typed graph and its warnings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import onnx
+
+from graphcost._dims import Dim, free_names, parse_dim, to_text
+from graphcost.graph import Graph
+from graphcost.load import Model, opset_lookup
+
+InputShape = Sequence[int | str]
+
+
+@dataclass(frozen=True)
+class ShapeWarning:
+    node: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    graph: Graph
+    proto: onnx.ModelProto
+    warnings: tuple[ShapeWarning, ...]
+    input_dims: tuple[str, ...]
+    """Names of the symbolic dims of the graph inputs (the dims a user can bind)."""
+    engines: tuple[str, ...]
+    """Which inference engines contributed (for the report)."""
+
+
+def infer_shapes(
+    model: Model,
+    *,
+    input_shapes: Mapping[str, InputShape] | None = None,
+    dims: Mapping[str, int] | None = None,
+) -> ShapeResult:
+    warnings: list[ShapeWarning] = []
+    base = onnx.ModelProto()
+    base.CopyFrom(model.proto)
+    input_names = {vi.name for vi in base.graph.input}
+    for name, shape in (input_shapes or {}).items():
+        if name not in input_names:
+            raise ValueError(f"--input-shape names {name!r}, which is not a graph input "
+                             f"(inputs: {', '.join(sorted(input_names)) or 'none'})")
+        _set_input_shape(base, name, shape)
+
+    declared = _collect_types(base.graph)
+    stripped = _strip_shapes(base)
+    engines = ["onnx"]
+    inferred = _onnx_infer(stripped, warnings)
+    typed = _collect_types(inferred.graph)
+
+    if _unresolved(inferred.graph, typed):
+        ort = _ort_infer(inferred, model.base_dir, warnings)
+        if ort is not None:
+            engines.append("onnxruntime-symbolic")
+            ort_types = _collect_types(ort.graph)
+            if _score(ort.graph, ort_types) <= _score(inferred.graph, typed):
+                inferred, typed = ort, _merge(ort_types, typed)
+            else:
+                typed = _merge(typed, ort_types)
+
+    bound = dict(dims or {})
+    if bound and _unresolved(inferred.graph, typed, ignore=set(bound)):
+        concrete = onnx.ModelProto()
+        concrete.CopyFrom(stripped)
+        if _bind_inputs(concrete, bound):
+            engines.append("bound-dims")
+            c_inf = _onnx_infer(concrete, [])
+            c_types = _collect_types(c_inf.graph)
+            if _unresolved(c_inf.graph, c_types):
+                c_ort = _ort_infer(c_inf, model.base_dir, [])
+                if c_ort is not None:
+                    c_types = _merge(_collect_types(c_ort.graph), c_types)
+            typed = _fill_unresolved(typed, c_types, set(bound))
+
+    typed = _merge(typed, declared)
+    _check_declared_outputs(base.graph, typed, warnings)
+    result = onnx.ModelProto()
+    result.CopyFrom(inferred)
+    _write_types(result, typed)
+    graph = Graph(result.graph, opset_lookup(result), base_dir=model.base_dir)
+    input_dims: set[str] = set()
+    for name in graph.input_names:
+        t = graph.tensor(name)
+        if t is not None and t.shape is not None:
+            for d in t.shape:
+                input_dims |= free_names(d)
+    return ShapeResult(graph, result, tuple(warnings), tuple(sorted(input_dims)), tuple(engines))
+
+
+# ---------------------------------------------------------------------------- input shapes
+def parse_input_shape(text: str) -> tuple[str, list[int | str]]:
+    """``input=1x3x224x224`` (or ``input=batch,3,224,224``) → (name, dims)."""
+    if "=" not in text:
+        raise ValueError(f"--input-shape {text!r}: expected NAME=DIMS, e.g. input=1x3x224x224")
+    name, _, spec = text.rpartition("=")
+    parts = [p for p in spec.replace(",", "x").split("x")] if spec else []
+    dims: list[int | str] = []
+    for p in parts:
+        p = p.strip()
+        if not p:
+            raise ValueError(f"--input-shape {text!r}: empty dim")
+        if p.lstrip("-").isdigit():
+            v = int(p)
+            if v < 0:
+                raise ValueError(f"--input-shape {text!r}: negative dim {v}")
+            dims.append(v)
+        else:
+            dims.append(p)
+    return name.strip(), dims
+
+
+def _set_input_shape(model: onnx.ModelProto, name: str, dims: InputShape) -> None:
+    for vi in model.graph.input:
+        if vi.name != name:
+            continue
+        tt = vi.type.tensor_type
+        tt.shape.Clear()
+        tt.shape.SetInParent()
+        for d in dims:
+            dim = tt.shape.dim.add()
+            if isinstance(d, int):
+                dim.dim_value = d
+            else:
+                dim.dim_param = d
+
+
+def _bind_inputs(model: onnx.ModelProto, bound: Mapping[str, int]) -> bool:
+    changed = False
+    for vi in model.graph.input:
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in bound:
+                d.dim_value = int(bound[d.dim_param])
+                changed = True
+    return changed
+
+
+# ---------------------------------------------------------------------------- type tables
+TypeTable = dict[str, onnx.TypeProto]
+
+
+def _walk_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _walk_graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _walk_graphs(g)
+
+
+def _collect_types(graph: onnx.GraphProto) -> TypeTable:
+    """Every typed value of the graph and its subgraphs, by name (names are unique per model)."""
+    out: TypeTable = {}
+    for g in _walk_graphs(graph):
+        for seq in (g.input, g.value_info, g.output):
+            for vi in seq:
+                if vi.HasField("type") and vi.type.WhichOneof("value") is not None:
+                    prev = out.get(vi.name)
+                    if prev is None or _type_score(vi.type) < _type_score(prev):
+                        out[vi.name] = vi.type
+    return out
+
+
+def _strip_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy without stored intermediate shapes and with output shapes cleared (dtype kept)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for g in _walk_graphs(out.graph):
+        del g.value_info[:]
+        for vi in g.output:
+            if vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
+    return out
+
+
+def _onnx_infer(model: onnx.ModelProto, warnings: list[ShapeWarning]) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - inference errors are warnings, not failures
+        warnings.append(ShapeWarning(None, f"onnx shape inference failed: {_first_line(e)}"))
+        try:
+            return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=False)
+        except Exception:  # noqa: BLE001
+            return model
+
+
+_ORT_MODULE: ModuleType | None = None
+
+
+def _ort_symbolic() -> ModuleType | None:
+    """onnxruntime's symbolic_shape_infer, imported by file so ``onnxruntime.tools`` (which imports
+    torch when installed) is never executed."""
+    global _ORT_MODULE
+    if _ORT_MODULE is not None:
+        return _ORT_MODULE
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "tools", "symbolic_shape_infer.py")
+    if not os.path.isfile(path):
+        return None
+    mspec = importlib.util.spec_from_file_location("_graphcost_ort_symbolic_shape_infer", path)
+    if mspec is None or mspec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(mspec)
+    sys.modules[mspec.name] = module
+    try:
+        mspec.loader.exec_module(module)
+    except Exception:  # noqa: BLE001
+        return None
+    _ORT_MODULE = module
+    return module
+
+
+@contextlib.contextmanager
+def _cwd(path: str | None) -> Iterator[None]:
+    """ORT's symbolic inference reads small constant payloads relative to the current directory."""
+    if not path:
+        yield
+        return
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def _ort_infer(model: onnx.ModelProto, base_dir: str | None, warnings: list[ShapeWarning]) -> onnx.ModelProto | None:
+    module = _ort_symbolic()
+    if module is None:
+        return None
+    import logging
+
+    logger = logging.getLogger("_graphcost_ort_symbolic_shape_infer")
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with _cwd(base_dir), contextlib.redirect_stdout(open(os.devnull, "w")):  # noqa: SIM115
+            result: Any = module.SymbolicShapeInference.infer_shapes(
+                model, int_max=2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0)
+    except Exception as e:  # noqa: BLE001
+        warnings.append(ShapeWarning(None, f"onnxruntime symbolic shape inference gave up: {_first_line(e)}"))
+        return None
+    return result if isinstance(result, onnx.ModelProto) else None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+# ---------------------------------------------------------------------------- scoring and merging
+def _dims_of(t: onnx.TypeProto) -> list[onnx.TensorShapeProto.Dimension] | None:
+    if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    return list(t.tensor_type.shape.dim)
+
+
+def _dim_unresolved(d: onnx.TensorShapeProto.Dimension, ignore: set[str] | None = None) -> bool:
+    if d.HasField("dim_value"):
+        return False
+    if not d.HasField("dim_param") or not d.dim_param:
+        return True
+    p = d.dim_param
+    if p.startswith("unk__") or "_d" in p and "__" in p:
+        return True
+    return False
+
+
+def _type_score(t: onnx.TypeProto) -> int:
+    """Lower is better: 1000 for no shape, 1 per unresolved dim."""
+    dims = _dims_of(t)
+    if dims is None:
+        return 1000 if t.HasField("tensor_type") else 0
+    return sum(1 for d in dims if _dim_unresolved(d))
+
+
+def _tensor_names(graph: onnx.GraphProto) -> list[str]:
+    names: list[str] = []
+    for g in _walk_graphs(graph):
+        for n in g.node:
+            names.extend(o for o in n.output if o)
+    return names
+
+
+def _score(graph: onnx.GraphProto, types: TypeTable) -> int:
+    total = 0
+    for name in _tensor_names(graph):
+        t = types.get(name)
+        total += 1000 if t is None else _type_score(t)
+    return total
+
+
+def _unresolved(graph: onnx.GraphProto, types: TypeTable, ignore: set[str] | None = None) -> bool:
+    for name in _tensor_names(graph):
+        t = types.get(name)
+        if t is None:
+            return True
+        dims = _dims_of(t)
+        if dims is None:
+            if t.HasField("tensor_type"):
+                return True
+            continue
+        if any(_dim_unresolved(d) for d in dims):
+            return True
+    return False
+
+
+def _merge(primary: TypeTable, secondary: TypeTable) -> TypeTable:
+    """Per value, the better-resolved type; ties go to ``primary``."""
+    out = dict(secondary)
+    for name, t in primary.items():
+        other = out.get(name)
+        if other is None or _type_score(t) <= _type_score(other):
+            out[name] = t
+    return out
+
+
+def _fill_unresolved(symbolic: TypeTable, concrete: TypeTable, bound: set[str]) -> TypeTable:
+    """Where the symbolic shape has dims beyond the bound input dims, take the concrete numbers."""
+    out = dict(symbolic)
+    for name, c in concrete.items():
+        s = out.get(name)
+        if s is None:
+            out[name] = c
+            continue
+        sd = _dims_of(s)
+        cd = _dims_of(c)
+        if cd is None:
+            continue
+        if sd is None:
+            out[name] = c
+            continue
+        needs = False
+        for d in sd:
+            if d.HasField("dim_value"):
+                continue
+            if not d.HasField("dim_param") or not d.dim_param:
+                needs = True
+                break
+            if free_names(parse_dim(d.dim_param)) - bound:
+                needs = True
+                break
+        if needs and _type_score(c) == 0:
+            out[name] = c
+    return out
+
+
+def _write_types(model: onnx.ModelProto, types: TypeTable) -> None:
+    """Store the chosen type of every intermediate value as value_info (outputs keep their entry)."""
+    for g in _walk_graphs(model.graph):
+        graph_io = {vi.name for vi in g.input} | {vi.name for vi in g.output}
+        del g.value_info[:]
+        for n in g.node:
+            for o in n.output:
+                if o and o not in graph_io and o in types:
+                    vi = g.value_info.add()
+                    vi.name = o
+                    vi.type.CopyFrom(types[o])
+        for vi in g.output:
+            t = types.get(vi.name)
+            if t is not None and (_type_score(t) < _type_score(vi.type) or not _dims_of(vi.type)):
+                vi.type.CopyFrom(t)
+
+
+def _check_declared_outputs(graph: onnx.GraphProto, types: TypeTable, warnings: list[ShapeWarning]) -> None:
+    """Warn when the file's declared output shape contradicts inference; inference wins."""
+    for vi in graph.output:
+        declared = _dims_of(vi.type)
+        t = types.get(vi.name)
+        inferred = _dims_of(t) if t is not None else None
+        if declared is None or inferred is None:
+            continue
+        if len(declared) != len(inferred):
+            warnings.append(ShapeWarning(None, f"output {vi.name!r}: declared rank {len(declared)} but inferred "
+                                               f"rank {len(inferred)}; using the inferred shape"))
+            continue
+        for i, (a, b) in enumerate(zip(declared, inferred)):
+            if a.HasField("dim_value") and b.HasField("dim_value") and a.dim_value != b.dim_value:
+                warnings.append(ShapeWarning(None, f"output {vi.name!r}: declared dim {i} = {a.dim_value} but "
+                                                   f"inferred {b.dim_value}; using the inferred shape"))
+                break
+
+
+def describe_dim(d: Dim) -> str:
+    return to_text(d)
