@@ -73,8 +73,9 @@ def infer_shapes(
     inferred = _onnx_infer(stripped, warnings)
     typed = _collect_types(inferred.graph)
 
+    ort_notes: list[ShapeWarning] = []
     if _unresolved(inferred.graph, typed):
-        ort = _ort_infer(inferred, model.base_dir, warnings)
+        ort = _ort_infer(inferred, model.base_dir, ort_notes)
         if ort is not None:
             engines.append("onnxruntime-symbolic")
             ort_types = _collect_types(ort.graph)
@@ -84,7 +85,7 @@ def infer_shapes(
                 typed = _merge(typed, ort_types)
 
     bound = dict(dims or {})
-    if bound and _unresolved(inferred.graph, typed, ignore=set(bound)):
+    if bound and _unresolved(inferred.graph, typed):
         concrete = onnx.ModelProto()
         concrete.CopyFrom(stripped)
         if _bind_inputs(concrete, bound):
@@ -98,6 +99,8 @@ def infer_shapes(
             typed = _fill_unresolved(typed, c_types, set(bound))
 
     typed = _merge(typed, declared)
+    if ort_notes and _unresolved(inferred.graph, typed):
+        warnings.extend(ort_notes)  # only worth saying when something stayed unresolved
     _check_declared_outputs(base.graph, typed, warnings)
     result = onnx.ModelProto()
     result.CopyFrom(inferred)
@@ -284,23 +287,24 @@ def _dims_of(t: onnx.TypeProto) -> list[onnx.TensorShapeProto.Dimension] | None:
     return list(t.tensor_type.shape.dim)
 
 
-def _dim_unresolved(d: onnx.TensorShapeProto.Dimension, ignore: set[str] | None = None) -> bool:
+def _dim_unresolved(d: onnx.TensorShapeProto.Dimension, known: frozenset[str] | None = None) -> bool:
+    """A dim is resolved when it is a number or an expression in the graph inputs' dim names only."""
     if d.HasField("dim_value"):
         return False
     if not d.HasField("dim_param") or not d.dim_param:
         return True
-    p = d.dim_param
-    if p.startswith("unk__") or "_d" in p and "__" in p:
-        return True
-    return False
+    names = free_names(parse_dim(d.dim_param))
+    if known is None:
+        return any(n.startswith("unk__") for n in names)
+    return not names <= known
 
 
-def _type_score(t: onnx.TypeProto) -> int:
+def _type_score(t: onnx.TypeProto, known: frozenset[str] | None = None) -> int:
     """Lower is better: 1000 for no shape, 1 per unresolved dim."""
     dims = _dims_of(t)
     if dims is None:
         return 1000 if t.HasField("tensor_type") else 0
-    return sum(1 for d in dims if _dim_unresolved(d))
+    return sum(1 for d in dims if _dim_unresolved(d, known))
 
 
 def _tensor_names(graph: onnx.GraphProto) -> list[str]:
@@ -311,15 +315,27 @@ def _tensor_names(graph: onnx.GraphProto) -> list[str]:
     return names
 
 
+def _input_dim_names(graph: onnx.GraphProto) -> frozenset[str]:
+    names: set[str] = set()
+    for vi in graph.input:
+        for d in _dims_of(vi.type) or []:
+            if d.HasField("dim_param") and d.dim_param:
+                names |= free_names(parse_dim(d.dim_param))
+    return frozenset(names)
+
+
 def _score(graph: onnx.GraphProto, types: TypeTable) -> int:
+    known = _input_dim_names(graph)
     total = 0
     for name in _tensor_names(graph):
         t = types.get(name)
-        total += 1000 if t is None else _type_score(t)
+        total += 1000 if t is None else _type_score(t, known)
     return total
 
 
-def _unresolved(graph: onnx.GraphProto, types: TypeTable, ignore: set[str] | None = None) -> bool:
+def _unresolved(graph: onnx.GraphProto, types: TypeTable) -> bool:
+    """True when some value has no shape or a dim that is not expressed in the inputs' dims."""
+    known = _input_dim_names(graph)
     for name in _tensor_names(graph):
         t = types.get(name)
         if t is None:
@@ -329,7 +345,7 @@ def _unresolved(graph: onnx.GraphProto, types: TypeTable, ignore: set[str] | Non
             if t.HasField("tensor_type"):
                 return True
             continue
-        if any(_dim_unresolved(d) for d in dims):
+        if any(_dim_unresolved(d, known) for d in dims):
             return True
     return False
 
