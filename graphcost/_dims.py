@@ -62,8 +62,12 @@ def parse_dim(text: str) -> Dim:
 
 def simplify_dim(value: object) -> Dim:
     """Collapse a sympy number to an int; leave symbolic expressions symbolic."""
+    if isinstance(value, bool):
+        return int(value)
     if isinstance(value, int):
         return value
+    if hasattr(value, "__index__") and not isinstance(value, sympy.Basic):
+        return int(value)  # type: ignore[call-overload]  # numpy integers
     if isinstance(value, sympy.Expr):
         if value.is_Integer:
             return int(value)
@@ -101,15 +105,17 @@ def evaluate(value: Dim, binding: Mapping[str, int]) -> int | float:
 
     Raises KeyError naming a dim left unbound.
     """
-    if isinstance(value, int):
+    if isinstance(value, (int, float)):
         return value
+    if not isinstance(value, sympy.Basic):
+        return float(value) if not float(value).is_integer() else int(value)
     subs = {}
     for s in value.free_symbols:
         name = str(s)
         if name not in binding:
             raise KeyError(name)
         subs[s] = binding[name]
-    result = value.xreplace(subs)
+    result = sympy.sympify(value.xreplace(subs))
     if result.is_Integer:
         return int(result)
     return float(result)

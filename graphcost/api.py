@@ -132,16 +132,15 @@ def _all_dims(graph: Graph, costs: CostResult) -> set[str]:
 
 def _formulas(costs: CostResult) -> dict[str, str]:
     """Exact totals over top-level nodes of known cost, as formulas in the dim names."""
-    out: dict[str, str] = {}
+    totals: dict[str, sympy.Expr] = {}
     top = costs.top_level()
     for key in ("flops", "macs", "bytes_read", "bytes_written"):
         terms: list[Dim] = [getattr(c, key) for c in top if getattr(c, key) is not None]
         ints = sum(t for t in terms if isinstance(t, int))
         symbolic = [t for t in terms if not isinstance(t, int)]
-        total = sympy.Add(ints, *symbolic) if symbolic else sympy.Integer(ints)
-        out[key] = to_text(total)
-    out["bytes"] = to_text(sympy.sympify(out["bytes_read"]) + sympy.sympify(out["bytes_written"]))
-    return out
+        totals[key] = sympy.Add(ints, *symbolic) if symbolic else sympy.Integer(ints)
+    totals["bytes"] = totals["bytes_read"] + totals["bytes_written"]
+    return {k: to_text(v) for k, v in totals.items()}
 
 
 def _tensor_info(t: Tensor | None, name: str) -> TensorInfo:

@@ -266,8 +266,8 @@ class Graph:
             if node.op_type == "ConstantOfShape" and node.domain == DEFAULT_DOMAIN and node.outputs:
                 src = node.inputs[0] if node.inputs else ""
                 if src and self.is_constant(src):
-                    t = self._tensors[node.outputs[0]]
-                    self._tensors[t.name] = Tensor(t.name, t.shape, t.dtype, TensorKind.PARAMETER)
+                    weight = self._tensors[node.outputs[0]]
+                    self._tensors[weight.name] = Tensor(weight.name, weight.shape, weight.dtype, TensorKind.PARAMETER)
 
     # ----------------------------------------------------------------- queries
     def __len__(self) -> int:

@@ -185,7 +185,12 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
 
 
 def _clean(value: Dim) -> Dim:
-    return simplify_dim(value) if not isinstance(value, int) else value
+    """Rules may hand back numpy ints or sympy numbers: store ints and sympy expressions only."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else simplify_dim(sympy.Float(value))
+    return simplify_dim(sympy.sympify(value))
 
 
 def _body_totals(rows: list[NodeCost], depth: int) -> tuple[Dim | None, Dim | None, Dim | None, Dim | None]:

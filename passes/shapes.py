@@ -30,6 +30,7 @@ import onnx
 from graphcost._dims import Dim, free_names, parse_dim, to_text
 from graphcost.graph import Graph
 from graphcost.load import Model, opset_lookup
+from graphcost.passes import _datadep
 
 InputShape = Sequence[int | str]
 
@@ -72,6 +73,14 @@ def infer_shapes(
     engines = ["onnx"]
     inferred = _onnx_infer(stripped, warnings)
     typed = _collect_types(inferred.graph)
+    dep = _datadep.analyze(stripped)
+    if dep.guarded:
+        stripped = _seed_guarded(stripped, typed, dep)
+        inferred = _onnx_infer(stripped, [])
+        typed = _collect_types(inferred.graph)
+        warnings.append(ShapeWarning(None, f"{len(dep.guarded)} output(s) have shapes that depend on run-time values "
+                                           f"(e.g. {next(iter(dep.guarded))!r} of {next(iter(dep.guarded.values()))}); "
+                                           "their dims are named unknowns"))
 
     ort_notes: list[ShapeWarning] = []
     if _unresolved(inferred.graph, typed):
@@ -79,10 +88,9 @@ def infer_shapes(
         if ort is not None:
             engines.append("onnxruntime-symbolic")
             ort_types = _collect_types(ort.graph)
-            if _score(ort.graph, ort_types) <= _score(inferred.graph, typed):
-                inferred, typed = ort, _merge(ort_types, typed)
-            else:
-                typed = _merge(typed, ort_types)
+            for name in dep.tainted:  # never take a guess about a value-dependent shape
+                ort_types.pop(name, None)
+            typed = _merge(ort_types, typed)
 
     bound = dict(dims or {})
     if bound and _unresolved(inferred.graph, typed):
@@ -95,7 +103,10 @@ def infer_shapes(
             if _unresolved(c_inf.graph, c_types):
                 c_ort = _ort_infer(c_inf, model.base_dir, [])
                 if c_ort is not None:
-                    c_types = _merge(_collect_types(c_ort.graph), c_types)
+                    c_ort_types = _collect_types(c_ort.graph)
+                    for name in dep.tainted:
+                        c_ort_types.pop(name, None)
+                    c_types = _merge(c_ort_types, c_types)
             typed = _fill_unresolved(typed, c_types, set(bound))
 
     typed = _merge(typed, declared)
@@ -162,6 +173,50 @@ def _bind_inputs(model: onnx.ModelProto, bound: Mapping[str, int]) -> bool:
                 d.dim_value = int(bound[d.dim_param])
                 changed = True
     return changed
+
+
+def _seed_guarded(model: onnx.ModelProto, typed: TypeTable, dep: _datadep.DataDependence) -> onnx.ModelProto:
+    """Give each value-dependent output named unknown dims (rank when it is knowable) as value_info."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    producers: dict[str, onnx.NodeProto] = {}
+    graphs: dict[str, onnx.GraphProto] = {}
+    for g in _walk_graphs(out.graph):
+        for n in g.node:
+            for o in n.output:
+                producers[o] = n
+                graphs[o] = g
+    for name, op in dep.guarded.items():
+        node, g = producers.get(name), graphs.get(name)
+        if node is None or g is None:
+            continue
+        rank: int | None = None
+        elem = 0
+        known = typed.get(name)
+        if known is not None and known.HasField("tensor_type"):
+            elem = known.tensor_type.elem_type
+            if known.tensor_type.HasField("shape"):
+                rank = len(known.tensor_type.shape.dim)
+        if rank is None and op in _datadep.RANK_PRESERVING and node.input:
+            first = typed.get(node.input[0])
+            if first is not None and first.HasField("tensor_type") and first.tensor_type.HasField("shape"):
+                rank = len(first.tensor_type.shape.dim)
+                elem = elem or (first.tensor_type.elem_type if op != "TopK" or name == node.output[0] else 7)
+        if elem == 0:
+            continue
+        vi = g.value_info.add()
+        vi.name = name
+        vi.type.tensor_type.elem_type = elem
+        if rank is not None:
+            vi.type.tensor_type.shape.SetInParent()
+            for i in range(rank):
+                vi.type.tensor_type.shape.dim.add().dim_param = _unknown_name(name, i)
+    return out
+
+
+def _unknown_name(tensor: str, axis: int) -> str:
+    safe = "".join(c if c.isalnum() else "_" for c in tensor).strip("_") or "t"
+    return f"unk__{safe}_{axis}"
 
 
 # ---------------------------------------------------------------------------- type tables
