@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -298,32 +299,82 @@ def _ort_symbolic() -> ModuleType | None:
     return module
 
 
-@contextlib.contextmanager
-def _cwd(path: str | None) -> Iterator[None]:
-    """ORT's symbolic inference reads small constant payloads relative to the current directory."""
-    if not path:
-        yield
-        return
-    old = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(old)
+def _ort_ready(model: onnx.ModelProto, base_dir: str | None) -> onnx.ModelProto:
+    """A copy ORT's symbolic inference can read without touching the disk.
+
+    ORT reads constant values with ``numpy_helper.to_array`` relative to the current directory. Payloads
+    the structure-only loader skipped are handled here: small integer ones (possible shape values) are
+    read back into the model; the rest become typed graph inputs, whose shapes are all inference needs.
+    """
+    from graphcost import _scan
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    keep: list[onnx.TensorProto] = []
+    as_inputs: list[onnx.TensorProto] = []
+    for t in g.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            keep.append(t)
+            continue
+        if base_dir and t.data_type in _INT_TYPES and _numel(t) <= _SMALL_INT_VALUES:
+            try:
+                arr = _scan.read_external_payload(t, base_dir)
+                keep.append(onnx.numpy_helper.from_array(arr, t.name))
+                continue
+            except Exception:  # noqa: BLE001 - unreadable: fall through to a typed input
+                pass
+        as_inputs.append(t)
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    for t in as_inputs:
+        g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    # Constant nodes whose payload was skipped: the same treatment.
+    nodes = list(g.node)
+    del g.node[:]
+    for n in nodes:
+        ext = [a for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR
+               and a.t.data_location == onnx.TensorProto.EXTERNAL]
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and ext and n.output:
+            t = ext[0].t
+            g.input.append(onnx.helper.make_tensor_value_info(n.output[0], t.data_type, list(t.dims)))
+            continue
+        g.node.append(n)
+    return out
+
+
+_INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+_SMALL_INT_VALUES = 8192
+"""Integer constants up to this many elements are read back for ORT: they may be shape values."""
+
+
+def _numel(t: onnx.TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    return n
 
 
 def _ort_infer(model: onnx.ModelProto, base_dir: str | None, warnings: list[ShapeWarning]) -> onnx.ModelProto | None:
+    """ORT's symbolic inference, keeping partial results (its public entry point discards them and
+    writes a temporary file into the current directory when inference is incomplete)."""
     module = _ort_symbolic()
     if module is None:
         return None
     import logging
 
-    logger = logging.getLogger("_graphcost_ort_symbolic_shape_infer")
-    logger.setLevel(logging.CRITICAL)
+    logging.getLogger("_graphcost_ort_symbolic_shape_infer").setLevel(logging.CRITICAL)
+    ready = _ort_ready(model, base_dir)
     try:
-        with _cwd(base_dir), contextlib.redirect_stdout(open(os.devnull, "w")):  # noqa: SIM115
-            result: Any = module.SymbolicShapeInference.infer_shapes(
-                model, int_max=2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0)
+        with contextlib.redirect_stdout(io.StringIO()):
+            sym = module.SymbolicShapeInference(2**31 - 1, True, False, 0)
+            sym._preprocess(ready)
+            rounds = 0
+            while sym.run_ and rounds < 64:
+                sym._infer_impl()
+                rounds += 1
+            sym._update_output_from_vi()
+        result: Any = sym.out_mp_
     except Exception as e:  # noqa: BLE001
         warnings.append(ShapeWarning(None, f"onnxruntime symbolic shape inference gave up: {_first_line(e)}"))
         return None

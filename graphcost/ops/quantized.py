@@ -1,1 +1,273 @@
-"""quantized ops (rules to be written)."""
+"""Quantized ops: integer products (ai.onnx and com.microsoft), (de)quantization, and the QLinear*
+elementwise ops onnxruntime's quantizer writes.
+
+Per-element counts, named once::
+
+    QUANTIZE_FLOPS_PER_ELEMENT = 2    x / scale (1) + zero point (1); round and saturate are the
+                                      float→int conversion, free as Cast is
+    DEQUANTIZE_FLOPS_PER_ELEMENT = 2  (x − zero point) (1) · scale (1)
+    REQUANTIZE_FLOPS_PER_ELEMENT = 2  int32 accumulator · (x_scale·w_scale / y_scale) (1) + y_zero_point (1):
+                                      QuantizeLinear of the accumulator by the combined scale
+    TO_FLOAT_FLOPS_PER_ELEMENT = 1    int32 accumulator · (a_scale·b_scale) for products that return float
+    ZERO_POINT_FLOPS_PER_ELEMENT = 1  (A − a_zero_point): one subtract per element of every operand
+                                      whose zero-point input is given
+    MINMAX_FLOPS_PER_ELEMENT = 2      DynamicQuantizeLinear's range: a running min and a running max
+
+Integer products (QLinearConv, QLinearMatMul, MatMulInteger, ConvInteger, QGemm...) count the MACs
+of their float counterparts. Zero points are costed as the spec writes them, ``(A − a_zp)·(B − b_zp)``:
+one subtract per operand element, once per run. Kernels fold them into row/column-sum corrections
+of the same order, or hoist the weight's into packing; the count is the reference one. Scalar work
+on the quantization parameters themselves (O(1) or O(channels)) is not counted.
+
+The com.microsoft QLinear elementwise ops (QLinearAdd, QLinearSigmoid, QLinearAveragePool...) are
+costed as their definition: DequantizeLinear of every input element, the float op's own count,
+QuantizeLinear of every output element. onnxruntime runs some of them through 256-entry lookup
+tables or in fixed point, which is cheaper; this is the reference count, not the kernel's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphcost._dims import Dim, numel, prod
+from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Unknown, Work, rule
+from graphcost.ops.linalg import matmul_macs
+from graphcost.ops.microsoft import MS, SOFTMAX_FLOPS_PER_ELEMENT, attention_core, exact_div, window_ops
+
+QUANTIZE_FLOPS_PER_ELEMENT = 2
+DEQUANTIZE_FLOPS_PER_ELEMENT = 2
+REQUANTIZE_FLOPS_PER_ELEMENT = QUANTIZE_FLOPS_PER_ELEMENT
+TO_FLOAT_FLOPS_PER_ELEMENT = 1
+ZERO_POINT_FLOPS_PER_ELEMENT = 1
+MINMAX_FLOPS_PER_ELEMENT = 2
+
+
+def conv_macs(w: tuple[Dim, ...], out: Dim) -> Dim:
+    """Conv MACs from W [Cout, Cin/group, k...]: each output element is a Cin/group·∏kernel dot product."""
+    return out * w[1] * prod(w[2:])
+
+
+def _zero_points(n: NodeView, *pairs: tuple[int, int]) -> Dim:
+    """(operand − zero point) for each (zero-point input, operand input) pair whose zero point is given."""
+    return sum((ZERO_POINT_FLOPS_PER_ELEMENT * n.in_numel(operand) for zp, operand in pairs if n.has_input(zp)),
+               start=0)
+
+
+def _integer_product(macs: Dim, zero_points: Dim, *, out: Dim = 0, bias: bool = False,
+                     output_flops: int = 0) -> Work:
+    """An integer product: its MACs, the zero-point subtracts, an optional int32 bias and output scaling."""
+    return Work(flops=(
+        FLOPS_PER_MAC * macs
+        + zero_points
+        + (out if bias else 0)  # + bias: one add per output element
+        + output_flops * out  # requantize to int8, or scale to float
+    ), macs=macs)
+
+
+# ----------------------------------------------------------------- integer products
+
+
+@rule("QLinearConv", domain=MS, kind=Kind.COMPUTE)
+@rule("QLinearConv", kind=Kind.COMPUTE)
+def qlinear_conv(n: NodeView) -> Work:
+    """Inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B."""
+    out = n.out_numel(0)
+    return _integer_product(conv_macs(n.in_shape(3), out), _zero_points(n, (2, 0), (5, 3)), out=out,
+                            bias=n.has_input(8), output_flops=REQUANTIZE_FLOPS_PER_ELEMENT)
+
+
+@rule("ConvInteger", kind=Kind.COMPUTE)
+def conv_integer(n: NodeView) -> Work:
+    """Inputs: x, w, x_zero_point, w_zero_point; int32 output, no rescale."""
+    return _integer_product(conv_macs(n.in_shape(1), n.out_numel(0)), _zero_points(n, (2, 0), (3, 1)))
+
+
+@rule("QLinearMatMul", kind=Kind.COMPUTE)
+def qlinear_matmul(n: NodeView) -> Work:
+    """Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point."""
+    out = n.out_shape(0)
+    return _integer_product(matmul_macs(n.in_shape(0), n.in_shape(3), out), _zero_points(n, (2, 0), (5, 3)),
+                            out=numel(out), output_flops=REQUANTIZE_FLOPS_PER_ELEMENT)
+
+
+@rule("MatMulInteger", kind=Kind.COMPUTE)
+def matmul_integer(n: NodeView) -> Work:
+    """Inputs: A, B, a_zero_point, b_zero_point; int32 output."""
+    macs = matmul_macs(n.in_shape(0), n.in_shape(1), n.out_shape(0))
+    return _integer_product(macs, _zero_points(n, (2, 0), (3, 1)))
+
+
+@rule("MatMulIntegerToFloat", domain=MS, kind=Kind.COMPUTE)
+def matmul_integer_to_float(n: NodeView) -> Work:
+    """Inputs: A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias; float output."""
+    out = n.out_shape(0)
+    return _integer_product(matmul_macs(n.in_shape(0), n.in_shape(1), out), _zero_points(n, (4, 0), (5, 1)),
+                            out=numel(out), bias=n.has_input(6), output_flops=TO_FLOAT_FLOPS_PER_ELEMENT)
+
+
+@rule("DynamicQuantizeMatMul", domain=MS, kind=Kind.COMPUTE)
+def dynamic_quantize_matmul(n: NodeView) -> Work:
+    """Quantize float A on the fly (DynamicQuantizeLinear), then MatMulIntegerToFloat with int8 B.
+
+    Inputs: A, B, b_scale, b_zero_point, bias. A's computed zero point is always subtracted.
+    """
+    out = n.out_shape(0)
+    a = n.in_numel(0)
+    quantize_a = (MINMAX_FLOPS_PER_ELEMENT + QUANTIZE_FLOPS_PER_ELEMENT) * a  # range of A, then quantize it
+    zero_points = ZERO_POINT_FLOPS_PER_ELEMENT * a + _zero_points(n, (3, 1))  # A's zero point, B's if given
+    product = _integer_product(matmul_macs(n.in_shape(0), n.in_shape(1), out), zero_points, out=numel(out),
+                               bias=n.has_input(4), output_flops=TO_FLOAT_FLOPS_PER_ELEMENT)
+    return product + Work(flops=quantize_a)
+
+
+@rule("QGemm", domain=MS, kind=Kind.COMPUTE)
+def qgemm(n: NodeView) -> Work:
+    """Inputs: A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale, y_zero_point.
+
+    Without y_scale the output is float (scaled, not requantized).
+    """
+    a, out = n.in_shape(0), n.out_numel(0)
+    k = a[0] if n.attr("transA", 0) else a[1]  # contracted dim of op(A)
+    alpha = out if n.attr("alpha", 1.0) != 1.0 else 0  # alpha·(AB): one multiply per output
+    scaling = REQUANTIZE_FLOPS_PER_ELEMENT if n.has_input(7) else TO_FLOAT_FLOPS_PER_ELEMENT
+    product = _integer_product(out * k, _zero_points(n, (2, 0), (5, 3)), out=out, bias=n.has_input(6),
+                               output_flops=scaling)
+    return product + Work(flops=alpha)
+
+
+@rule("QAttention", domain=MS, kind=Kind.COMPUTE)
+def qattention(n: NodeView) -> Work | Unknown:
+    """Attention whose QKV projection is an integer product scaled back to float.
+
+    Inputs: input, weight [hidden, 3·hidden], bias, input_scale, weight_scale, mask_index,
+    input_zero_point, weight_zero_point, past [2, B, N, P, head_size].
+    """
+    heads = n.attr("num_heads")
+    if not heads:
+        return Unknown("QAttention without num_heads")
+    x, w = n.in_shape(0), n.in_shape(1)
+    batch, seq = x[0], x[1]
+    projected = batch * seq * w[1]  # Q, K and V elements
+    proj = _integer_product(matmul_macs(x, w, (batch, seq, w[1])), _zero_points(n, (6, 0), (7, 1)),
+                            out=projected, bias=n.has_input(2), output_flops=TO_FLOAT_FLOPS_PER_ELEMENT)
+    hidden = exact_div(w[1], 3)  # q = k = v hidden size
+    kv_len = seq + (n.in_shape(8)[3] if n.has_input(8) else 0)  # past keys extend T
+    return proj + attention_core(batch, heads, seq, kv_len, hidden, hidden, masks=int(n.has_input(5)))
+
+
+# ----------------------------------------------------------------- block-quantized weights
+
+
+@rule("MatMulNBits", domain=MS, kind=Kind.COMPUTE)
+def matmul_nbits(n: NodeView) -> Work:
+    """A [..., K] times a K×N weight packed in ``bits``-bit blocks (B [N, K/block, blob]).
+
+    MACs = M·N·K with M the rows of A. Each of the N·K weights is dequantized once per run
+    (zero point, default 2^(bits−1), then block scale): DEQUANTIZE_FLOPS_PER_ELEMENT each.
+    """
+    k, n_cols = n.attr("K"), n.attr("N")
+    rows = prod(n.in_shape(0)[:-1])  # M: every row of A
+    macs = rows * n_cols * k  # one MAC per output element per K
+    dequant = DEQUANTIZE_FLOPS_PER_ELEMENT * n_cols * k  # unpack the weight: zero point and scale
+    bias = rows * n_cols if n.has_input(5) else 0  # + bias: one add per output element
+    return Work(flops=FLOPS_PER_MAC * macs + dequant + bias, macs=macs)
+
+
+@rule("MatMulBnb4", domain=MS, kind=Kind.COMPUTE)
+def matmul_bnb4(n: NodeView) -> Work:
+    """FP4/NF4 weights: a 16-entry table lookup (free) times the block's absmax: 1 FLOP per weight."""
+    k, n_cols = n.attr("K"), n.attr("N")
+    macs = prod(n.in_shape(0)[:-1]) * n_cols * k  # M·N·K
+    return Work(flops=FLOPS_PER_MAC * macs + n_cols * k, macs=macs)  # + absmax scaling of each weight
+
+
+@rule("GatherBlockQuantized", domain=MS, kind=Kind.MOVEMENT)
+def gather_block_quantized(n: NodeView) -> Work:
+    """A gather (free) of block-quantized rows, each gathered element dequantized."""
+    return Work(flops=DEQUANTIZE_FLOPS_PER_ELEMENT * n.out_numel(0))
+
+
+# ----------------------------------------------------------------- (de)quantization
+
+
+@rule("QuantizeLinear", domain=MS, kind=Kind.ELEMENTWISE)
+@rule("QuantizeLinear", kind=Kind.ELEMENTWISE)
+def quantize_linear(n: NodeView) -> Work:
+    return Work(flops=QUANTIZE_FLOPS_PER_ELEMENT * n.in_numel(0))
+
+
+@rule("DequantizeLinear", domain=MS, kind=Kind.ELEMENTWISE)
+@rule("DequantizeLinear", kind=Kind.ELEMENTWISE)
+def dequantize_linear(n: NodeView) -> Work:
+    return Work(flops=DEQUANTIZE_FLOPS_PER_ELEMENT * n.in_numel(0))
+
+
+@rule("DynamicQuantizeLinear", kind=Kind.REDUCTION)
+def dynamic_quantize_linear(n: NodeView) -> Work:
+    """A whole-tensor min/max reduction, then QuantizeLinear: REDUCTION, since no output precedes the range."""
+    x = n.in_numel(0)
+    return Work(flops=MINMAX_FLOPS_PER_ELEMENT * x + QUANTIZE_FLOPS_PER_ELEMENT * x)  # range, then quantize
+
+
+# ----------------------------------------------------------------- QLinear elementwise (dequantize → op → quantize)
+
+
+def _qlinear(n: NodeView, float_op: Dim, *data_inputs: int) -> Work:
+    """Dequantize every element of the data inputs, run the float op, quantize every output element."""
+    dequant = sum((DEQUANTIZE_FLOPS_PER_ELEMENT * n.in_numel(i) for i in data_inputs), start=0)
+    return Work(flops=dequant + float_op + QUANTIZE_FLOPS_PER_ELEMENT * n.out_numel(0))
+
+
+@rule(("QLinearAdd", "QLinearMul"), domain=MS, kind=Kind.ELEMENTWISE)
+def qlinear_binary(n: NodeView) -> Work:
+    """Inputs: A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point."""
+    return _qlinear(n, n.out_numel(0), 0, 3)  # the add or mul: one per output element
+
+
+@rule(("QLinearSigmoid", "QLinearLeakyRelu"), domain=MS, kind=Kind.ELEMENTWISE)
+def qlinear_activation(n: NodeView) -> Work:
+    return _qlinear(n, n.out_numel(0), 0)  # the activation: one per element
+
+
+@rule("QLinearSoftmax", domain=MS, kind=Kind.REDUCTION)
+def qlinear_softmax(n: NodeView) -> Work:
+    return _qlinear(n, SOFTMAX_FLOPS_PER_ELEMENT * n.out_numel(0), 0)
+
+
+@rule("QLinearGlobalAveragePool", domain=MS, kind=Kind.REDUCTION)
+def qlinear_global_average_pool(n: NodeView) -> Work:
+    return _qlinear(n, n.in_numel(0) + n.out_numel(0), 0)  # an add per input element, a divide per output
+
+
+@rule("QLinearReduceMean", domain=MS, kind=Kind.REDUCTION)
+def qlinear_reduce_mean(n: NodeView) -> Work:
+    return _qlinear(n, n.in_numel(0) + n.out_numel(0), 0)  # an add per input element, a divide per output
+
+
+@rule("QLinearAveragePool", domain=MS, kind=Kind.REDUCTION)
+def qlinear_average_pool(n: NodeView) -> Work:
+    out = n.out_numel(0)
+    return _qlinear(n, window_ops(out, tuple(n.attr("kernel_shape"))) + out, 0)  # window sums, divides
+
+
+def _same_qparams(n: NodeView, scale_a: int, scale_b: int) -> bool:
+    """Both (scale, zero point) pairs are constants with equal values: requantizing is a copy."""
+    sa, za, sb, zb = (n.const_value(i) for i in (scale_a, scale_a + 1, scale_b, scale_b + 1))
+    if sa is None or za is None or sb is None or zb is None:
+        return False
+    return bool(np.array_equal(sa, sb) and np.array_equal(za, zb))
+
+
+@rule("QLinearConcat", domain=MS, kind=Kind.MOVEMENT)
+def qlinear_concat(n: NodeView) -> Work:
+    """Inputs: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input.
+
+    An input quantized like the output is copied (0 FLOPs); any other input is requantized: a
+    DequantizeLinear and a QuantizeLinear per element.
+    """
+    flops: Dim = 0
+    for x in range(2, len(n.node.inputs), 3):
+        if not _same_qparams(n, x + 1, 0):
+            flops = flops + (DEQUANTIZE_FLOPS_PER_ELEMENT + QUANTIZE_FLOPS_PER_ELEMENT) * n.in_numel(x)
+    return Work(flops=flops)
+
