@@ -9,7 +9,7 @@ from typing import Any
 import sympy
 
 from graphcost._dims import Dim, free_names, numel, to_text
-from graphcost.graph import Graph, TensorKind, Tensor
+from graphcost.graph import Graph, Tensor, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import Model, load
 from graphcost.passes.costs import CostResult, count_costs, tensor_bytes
@@ -95,7 +95,7 @@ def analyze(
             depth=c.depth, parent=c.parent,
             multiplier=c.multiplier if isinstance(c.multiplier, int) else to_text(c.multiplier),
             note=c.note, unknown_reason=c.unknown_reason, has_rule=c.has_rule)
-        for c, b in zip(costs.nodes, bounds.nodes))
+        for c, b in zip(costs.nodes, bounds.nodes, strict=True))
     return Report(
         model=_model_info(m, graph, len(costs.top_level())),
         hardware=hw,

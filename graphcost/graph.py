@@ -379,5 +379,5 @@ def _tensor_value(t: onnx.TensorProto, base_dir: str | None) -> np.ndarray | Non
             load_external_data_for_tensor(copy, base_dir)
             return numpy_helper.to_array(copy)
         return numpy_helper.to_array(t)
-    except Exception:  # noqa: BLE001 - a value we cannot read is simply not known
+    except Exception:
         return None

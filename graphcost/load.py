@@ -67,7 +67,7 @@ def load(source: str | os.PathLike[str] | onnx.ModelProto | bytes) -> Model:
         proto = onnx.ModelProto()
         try:
             proto.ParseFromString(bytes(source))
-        except Exception as e:  # noqa: BLE001 - protobuf raises several types
+        except Exception as e:
             raise LoadError(f"<bytes>: not an ONNX model ({_first_line(e)})") from None
         _check(proto, "<bytes>")
         return Model(_inline(proto, "<bytes>"), None, None)
@@ -153,5 +153,5 @@ def _inline(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:
         import onnx.inliner
 
         return onnx.inliner.inline_local_functions(proto)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise LoadError(f"{where}: cannot inline local functions ({_first_line(e)})") from None

@@ -21,7 +21,7 @@ import sympy
 
 from graphcost._dims import Dim, numel, simplify_dim, symbol
 from graphcost.graph import Graph, Node, Tensor, dtype_bits
-from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, Work, lookup
+from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, lookup
 
 CONTROL_OPS = ("If", "Loop", "Scan", "SequenceMap")
 
@@ -149,8 +149,8 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
                warnings: list[CostWarning]) -> list[NodeCost]:
     inputs = tuple(graph.tensor(t) if t else None for t in node.inputs)
     outputs = tuple(graph.tensor(t) if t else None for t in node.outputs)
-    refs_in = tuple(_ref(t, n) for t, n in zip(inputs, node.inputs) if n)
-    refs_out = tuple(_ref(t, n) for t, n in zip(outputs, node.outputs) if n)
+    refs_in = tuple(_ref(t, n) for t, n in zip(inputs, node.inputs, strict=True) if n)
+    refs_out = tuple(_ref(t, n) for t, n in zip(outputs, node.outputs, strict=True) if n)
     dtype = next((t.dtype for t in inputs if t is not None), "unknown")
     entry = lookup(node.domain, node.op_type)
 
@@ -262,7 +262,7 @@ def _max_of(values: list[Dim | None]) -> Dim | None:
 
 
 def _pick_branch(flops: list[Dim | None], labels: list[str]) -> str:
-    known = [(f, lbl) for f, lbl in zip(flops, labels) if f is not None]
+    known = [(f, lbl) for f, lbl in zip(flops, labels, strict=True) if f is not None]
     if known and all(isinstance(f, int) for f, _ in known):
         return max(known, key=lambda x: x[0])[1]  # type: ignore[arg-type,return-value]
     return "per count, as Max(...)" if known else "unknown"

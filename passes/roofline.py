@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from graphcost._dims import Dim, evaluate
-from graphcost.hardware.spec import HardwareSpec
 from graphcost.graph import Graph, TensorKind
+from graphcost.hardware.spec import HardwareSpec
 from graphcost.passes.costs import CostResult, NodeCost, tensor_bytes
 
 Number = int | float

@@ -188,8 +188,8 @@ def _seed_guarded(model: onnx.ModelProto, typed: TypeTable, dep: _datadep.DataDe
                 producers[o] = n
                 graphs[o] = g
     for name, op in dep.guarded.items():
-        node, g = producers.get(name), graphs.get(name)
-        if node is None or g is None:
+        node, owner = producers.get(name), graphs.get(name)
+        if node is None or owner is None:
             continue
         rank: int | None = None
         elem = 0
@@ -205,7 +205,7 @@ def _seed_guarded(model: onnx.ModelProto, typed: TypeTable, dep: _datadep.DataDe
                 elem = elem or (first.tensor_type.elem_type if op != "TopK" or name == node.output[0] else 7)
         if elem == 0:
             continue
-        vi = g.value_info.add()
+        vi = owner.value_info.add()
         vi.name = name
         vi.type.tensor_type.elem_type = elem
         if rank is not None:
@@ -263,11 +263,11 @@ def _strip_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 def _onnx_infer(model: onnx.ModelProto, warnings: list[ShapeWarning]) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:  # noqa: BLE001 - inference errors are warnings, not failures
+    except Exception as e:
         warnings.append(ShapeWarning(None, f"onnx shape inference failed: {_first_line(e)}"))
         try:
             return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=False)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return model
 
 
@@ -283,7 +283,7 @@ def _ort_symbolic() -> ModuleType | None:
     spec = importlib.util.find_spec("onnxruntime")
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "tools", "symbolic_shape_infer.py")
+    path = os.path.join(next(iter(spec.submodule_search_locations)), "tools", "symbolic_shape_infer.py")
     if not os.path.isfile(path):
         return None
     mspec = importlib.util.spec_from_file_location("_graphcost_ort_symbolic_shape_infer", path)
@@ -293,7 +293,7 @@ def _ort_symbolic() -> ModuleType | None:
     sys.modules[mspec.name] = module
     try:
         mspec.loader.exec_module(module)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     _ORT_MODULE = module
     return module
@@ -322,7 +322,7 @@ def _ort_ready(model: onnx.ModelProto, base_dir: str | None) -> onnx.ModelProto:
                 arr = _scan.read_external_payload(t, base_dir)
                 keep.append(onnx.numpy_helper.from_array(arr, t.name))
                 continue
-            except Exception:  # noqa: BLE001 - unreadable: fall through to a typed input
+            except Exception:
                 pass
         as_inputs.append(t)
     del g.initializer[:]
@@ -375,7 +375,7 @@ def _ort_infer(model: onnx.ModelProto, base_dir: str | None, warnings: list[Shap
                 rounds += 1
             sym._update_output_from_vi()
         result: Any = sym.out_mp_
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         warnings.append(ShapeWarning(None, f"onnxruntime symbolic shape inference gave up: {_first_line(e)}"))
         return None
     return result if isinstance(result, onnx.ModelProto) else None
@@ -525,7 +525,7 @@ def _check_declared_outputs(graph: onnx.GraphProto, types: TypeTable, warnings: 
             warnings.append(ShapeWarning(None, f"output {vi.name!r}: declared rank {len(declared)} but inferred "
                                                f"rank {len(inferred)}; using the inferred shape"))
             continue
-        for i, (a, b) in enumerate(zip(declared, inferred)):
+        for i, (a, b) in enumerate(zip(declared, inferred, strict=True)):
             if a.HasField("dim_value") and b.HasField("dim_value") and a.dim_value != b.dim_value:
                 warnings.append(ShapeWarning(None, f"output {vi.name!r}: declared dim {i} = {a.dim_value} but "
                                                    f"inferred {b.dim_value}; using the inferred shape"))

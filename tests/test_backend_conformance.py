@@ -49,19 +49,19 @@ def test_all_node_cases_analyze_and_no_inferred_dim_is_wrong() -> None:
     for case in cases:
         try:
             report = graphcost.analyze(_strip_output_shapes(case.model), hardware=EDGE)
-        except Exception as e:  # noqa: BLE001 - collected and reported all at once
+        except Exception as e:
             crashes.append(f"{case.name}: {type(e).__name__}: {e}")
             continue
         if not case.data_sets:
             continue
         expected_outputs = case.data_sets[0][1]
-        for info, value in zip(report.model.outputs, expected_outputs):
+        for info, value in zip(report.model.outputs, expected_outputs, strict=False):
             if not isinstance(value, np.ndarray) or info.shape is None:
                 continue
             if len(info.shape) != value.ndim:
                 wrong.append(f"{case.name}/{info.name}: rank {len(info.shape)} vs expected {value.ndim}")
                 continue
-            for got, want in zip(info.shape, value.shape):
+            for got, want in zip(info.shape, value.shape, strict=True):
                 if isinstance(got, int) and got != want:
                     wrong.append(f"{case.name}/{info.name}: {info.shape} vs expected {value.shape}")
                     break

@@ -161,7 +161,8 @@ def _if_model() -> onnx.ModelProto:
                            [oh.make_tensor_value_info("e_out", TensorProto.FLOAT, [4, 8])])
     g = oh.make_graph(
         [oh.make_node("If", ["c"], ["y"], name="if0", then_branch=then_g, else_branch=else_g)], "g",
-        [oh.make_tensor_value_info("c", TensorProto.BOOL, []), oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [oh.make_tensor_value_info("c", TensorProto.BOOL, []),
+         oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
         [oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
         [numpy_helper.from_array(np.ones((8, 8), np.float32), "w")])
     return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
@@ -179,9 +180,11 @@ def test_if_costs_both_branches_and_takes_the_larger() -> None:
 
 def _loop_model(trip: int | None) -> onnx.ModelProto:
     body = oh.make_graph(
-        [oh.make_node("Identity", ["cond_in"], ["cond_out"]), oh.make_node("Add", ["v_in", "x"], ["v_out"], name="add")],
+        [oh.make_node("Identity", ["cond_in"], ["cond_out"]),
+         oh.make_node("Add", ["v_in", "x"], ["v_out"], name="add")],
         "body",
-        [oh.make_tensor_value_info("i", TensorProto.INT64, []), oh.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        [oh.make_tensor_value_info("i", TensorProto.INT64, []),
+         oh.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
          oh.make_tensor_value_info("v_in", TensorProto.FLOAT, [4, 8])],
         [oh.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
          oh.make_tensor_value_info("v_out", TensorProto.FLOAT, [4, 8])])

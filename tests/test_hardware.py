@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import graphcost.hardware as hw
 import pytest
+
+import graphcost.hardware as hw
 from graphcost.hardware import HardwareError, HardwareSpec
 from graphcost.hardware import catalog as cat
 from graphcost.hardware.spec import _FALLBACK, DEFAULT_ENERGY_PER_BYTE

@@ -43,8 +43,8 @@ def test_attention_3d_matches_4d() -> None:
 
 def test_attention_with_past_and_softcap() -> None:
     w = work(_m("g (float[1,2,1,8] Q, float[1,2,1,8] K, float[1,2,1,8] V, float[1,2,5,8] pk, float[1,2,5,8] pv) "
-                "=> (Y, PK, PV) { Y, PK, PV = Attention <softcap: float = 2.0, is_causal: int = 1> (Q, K, V, , pk, pv) }",
-                opset=23))
+                "=> (Y, PK, PV) { Y, PK, PV = Attention <softcap: float = 2.0, is_causal: int = 1> "
+                "(Q, K, V, , pk, pv) }", opset=23))
     t = 1 + 5  # past and new keys
     assert (w.flops, w.macs) == _attention_expected(1, 2, 1, 8, 2, t, 8, per_score=5 + 3 + 1)  # + softcap, mask
 
@@ -244,16 +244,17 @@ def test_ml_elementwise() -> None:
 
 
 def test_linear_classifier() -> None:
-    w = work(_m("g (float[5,3] X) => (L, S) { L, S = ai.onnx.ml.LinearClassifier <coefficients: floats = [1, 2, 3, 4, 5, 6], "
-                "intercepts: floats = [0, 1], classlabels_ints: ints = [0, 1], post_transform: string = \"SOFTMAX\"> (X) }",
-                extra=ML))
+    w = work(_m("g (float[5,3] X) => (L, S) { L, S = ai.onnx.ml.LinearClassifier "
+                "<coefficients: floats = [1, 2, 3, 4, 5, 6], intercepts: floats = [0, 1], "
+                "classlabels_ints: ints = [0, 1], post_transform: string = \"SOFTMAX\"> (X) }", extra=ML))
     assert w.macs == 5 * 6  # each row · 2 classes × 3 features
     assert w.flops == 2 * 30 + 5 * 2 + 5 * (5 * 2) + 5 * 2  # + intercepts + softmax + argmax
 
 
 def test_svm_classifier_rbf() -> None:
     w = work(_m("g (float[2,3] X) => (L, S) { L, S = ai.onnx.ml.SVMClassifier <kernel_type: string = \"RBF\", "
-                "kernel_params: floats = [0.1, 0, 3], vectors_per_class: ints = [2, 1], classlabels_ints: ints = [0, 1], "
+                "kernel_params: floats = [0.1, 0, 3], vectors_per_class: ints = [2, 1], "
+                "classlabels_ints: ints = [0, 1], "
                 "support_vectors: floats = [1, 2, 3, 4, 5, 6, 7, 8, 9], coefficients: floats = [1, 1, -1], "
                 "rho: floats = [0]> (X) }", extra=ML))
     kernels = 2 * 3  # rows × support vectors

@@ -40,7 +40,8 @@ def test_average_pool_adds_one_divide_per_output() -> None:
 
 
 def test_average_pool_count_include_pad_changes_only_the_divisor() -> None:
-    base = "g (float[1,1,5,5] X) => (Y) { Y = AveragePool <kernel_shape: ints = [3, 3], pads: ints = [1, 1, 1, 1]%s> (X) }"
+    base = ("g (float[1,1,5,5] X) => (Y) "
+            "{ Y = AveragePool <kernel_shape: ints = [3, 3], pads: ints = [1, 1, 1, 1]%s> (X) }")
     excluded = cost_of(_m(base % ""))  # schema default count_include_pad = 0
     included = cost_of(_m(base % ", count_include_pad: int = 1"))
     assert isinstance(excluded, Work) and isinstance(included, Work)
@@ -89,7 +90,8 @@ def test_roi_align_max_mode() -> None:
 
 
 def test_roi_align_adaptive_grid_needs_constant_boxes() -> None:
-    data = "g (float[1,2,10,10] X, float[1,4] rois, int64[1] bi) => (Y) { Y = RoiAlign <output_height: int = 2, output_width: int = 2> (X, rois, bi) }"
+    data = ("g (float[1,2,10,10] X, float[1,4] rois, int64[1] bi) => (Y) "
+            "{ Y = RoiAlign <output_height: int = 2, output_width: int = 2> (X, rois, bi) }")
     unknown = cost_of(_m(data))
     assert isinstance(unknown, Unknown) and "data" in unknown.reason
     const = ("g (float[1,2,10,10] X, int64[1] bi) => (Y) <float[1,4] rois = {0, 0, 4, 6}> "

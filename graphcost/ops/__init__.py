@@ -19,7 +19,7 @@ from graphcost.ops._registry import (
 )
 
 # Family modules register their rules on import (explicit list, so the table is greppable).
-from graphcost.ops import _families  # noqa: F401,E402  isort: skip
+from graphcost.ops import _families  # noqa: F401  isort: skip
 
 __all__ = [
     "FLOPS_PER_MAC",

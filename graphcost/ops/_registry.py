@@ -152,7 +152,7 @@ def schema_default(node: Node, name: str) -> Any:
     try:
         schema = onnx.defs.get_schema(node.op_type, max(node.opset, 1),
                                       "" if node.domain == DEFAULT_DOMAIN else node.domain)
-    except Exception:  # noqa: BLE001 - ops outside onnx.defs (com.microsoft, custom) have no schema here
+    except Exception:
         return _MISSING
     attr = schema.attributes.get(name)
     if attr is None or not attr.default_value.name:

@@ -62,7 +62,7 @@ def einsum(n: NodeView) -> Work | Unknown:
             expanded = letters
         if len(expanded) != len(shape):
             return Unknown(f"Einsum term {term!r} does not match input {i} of rank {len(shape)}")
-        for letter, dim in zip(expanded, shape):
+        for letter, dim in zip(expanded, shape, strict=True):
             if letter not in sizes or sizes[letter] == 1:
                 sizes[letter] = dim
     space = prod(sizes.values())  # points of the joint index space

@@ -3,8 +3,9 @@ strings, detection, optimizers and the classic ML ops.
 
 Each rule states its count in its docstring. The recurring conventions:
 
-* MACs are the multiply-accumulates of dot products (attention's QKᵀ and PV, DFT butterflies are
-  FLOPs only, linear models, kernel evaluations); every other arithmetic step is a FLOP.
+* ``macs`` counts the multiply-accumulates of dot products: attention's QKᵀ and PV, convolutions,
+  linear models, SVM kernels, interpolation taps. Every other arithmetic step is a FLOP only; FFT
+  butterflies (complex multiplies and adds mixed) are FLOPs only too.
 * transcendental functions (exp, cos, tanh, sqrt) count 1 FLOP, as in elementwise.py.
 * string, hash-lookup and container ops do no floating-point arithmetic: zero FLOPs, registered on
   purpose. Their work is real but is not FLOPs (and is data-dependent: string lengths).
@@ -453,8 +454,8 @@ _POST_TRANSFORM_CODES = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"
 
 
 def _post(n: NodeView, scores: Dim) -> Dim:
-    pt = n.attr("post_transform", "NONE")
-    name = _POST_TRANSFORM_CODES[pt] if isinstance(pt, int) else str(pt)
+    pt = n.attr("post_transform")  # a string, or TreeEnsemble's int code; schema default NONE / 0
+    name = "NONE" if pt is None else _POST_TRANSFORM_CODES[pt] if isinstance(pt, int) else str(pt)
     return POST_TRANSFORM_FLOPS.get(name, 1) * scores
 
 
@@ -581,25 +582,30 @@ def _tree_legacy_depths(n: NodeView) -> tuple[int, int]:
     return _longest_paths(children, interior_roots), len(roots)  # type: ignore[arg-type]
 
 
-@rule("TreeEnsemble", domain=ML, kind=Kind.COMPUTE)
-@rule(("TreeEnsembleClassifier", "TreeEnsembleRegressor"), domain=ML, kind=Kind.COMPUTE)
-def tree_ensemble(n: NodeView) -> Work:
+def _tree_work(n: NodeView, compares: int, trees: int, outputs: int, average: bool) -> Work:
     """Per row and tree: one compare per node on the path (bounded by the tree's longest path: the real
     path depends on the features), one add of the reached leaf's weights; then the average's divides,
     the post transform, and the classifier's argmax.
     """
     rows = _batch(n.in_shape(0))
-    if n.op_type == "TreeEnsemble":
-        compares, trees = _tree_v5_depths(n)
-        outputs = int(n.attr("n_targets"))
-        average = int(n.attr("aggregate_function", 1)) == 0
-    else:
-        compares, trees = _tree_legacy_depths(n)
-        ids = n.attr("class_ids") or n.attr("target_ids") or []
-        outputs = max(1, len({int(i) for i in ids}))
-        average = str(n.attr("aggregate_function", "SUM")) == "AVERAGE"
     flops = rows * (compares + trees)  # path compares + leaf accumulation
     flops += rows * outputs * (1 if average else 0) + _post(n, rows * outputs)
     if n.op_type == "TreeEnsembleClassifier":
         flops += rows * outputs  # argmax for the label
     return Work(flops=flops, note="tree paths: longest (worst case)")
+
+
+@rule("TreeEnsemble", domain=ML, kind=Kind.COMPUTE)
+def tree_ensemble(n: NodeView) -> Work:
+    compares, trees = _tree_v5_depths(n)
+    average = int(n.attr("aggregate_function", 1)) == 0  # 0 AVERAGE, 1 SUM, 2 MIN, 3 MAX
+    return _tree_work(n, compares, trees, int(n.attr("n_targets")), average)
+
+
+@rule(("TreeEnsembleClassifier", "TreeEnsembleRegressor"), domain=ML, kind=Kind.COMPUTE)
+def tree_ensemble_legacy(n: NodeView) -> Work:
+    compares, trees = _tree_legacy_depths(n)
+    ids = n.attr("class_ids") or n.attr("target_ids") or []
+    outputs = max(1, len({int(i) for i in ids}))
+    average = str(n.attr("aggregate_function", "SUM")) == "AVERAGE"
+    return _tree_work(n, compares, trees, outputs, average)

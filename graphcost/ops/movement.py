@@ -61,6 +61,7 @@ def dropout(n: NodeView) -> Work:
 
     Training mode exists from opset 12 as the optional ``training_mode`` input; it is counted only when
     that input is a constant true. A non-constant ``training_mode`` is counted as inference, with a note.
+    The kind is VIEW for the inference case, so a training-mode Dropout's bytes are not charged.
     """
     if n.opset < 12 or not n.has_input(2):
         return Work(flops=0)
