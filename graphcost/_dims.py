@@ -94,6 +94,13 @@ def numel(shape: Shape) -> Dim:
     return prod(shape)
 
 
+def ceil_log2(d: Dim) -> Dim:
+    """⌈log2 d⌉ for a count (0 for d ≤ 1): an int for an int, a sympy expression for a symbolic dim."""
+    if isinstance(d, int):
+        return (d - 1).bit_length() if d > 1 else 0
+    return sympy.ceiling(sympy.log(d, 2))
+
+
 def free_names(value: Dim) -> frozenset[str]:
     if isinstance(value, int):
         return frozenset()

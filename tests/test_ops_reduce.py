@@ -6,9 +6,9 @@ import pytest
 import sympy
 from ophelp import cost_of
 
-from graphcost._dims import symbol
+from graphcost._dims import ceil_log2, symbol
 from graphcost.ops import Work
-from graphcost.ops.reduce import SOFTMAX_FLOPS_PER_ELEMENT, ceil_log2
+from graphcost.ops.reduce import SOFTMAX_FLOPS_PER_ELEMENT
 
 
 def _m(graph: str, opset: int = 18) -> str:

@@ -1,4 +1,4 @@
-"""Convolutions: Conv (1-D, 2-D, 3-D, grouped, depthwise) and ConvTranspose.
+"""Convolutions: Conv (1-D, 2-D, 3-D, grouped, depthwise), ConvTranspose, CausalConvWithState, DeformConv.
 
 Conv FLOPs = 2·N·Cout·∏out_spatial·(Cin/group)·∏kernel, plus N·Cout·∏out_spatial with a bias.
 """
@@ -25,3 +25,37 @@ def conv_transpose(n: NodeView) -> Work:
     macs = numel(n.in_shape(0)) * w[1] * prod(w[2:])  # N·Cin·∏in_spatial·(Cout/group)·∏kernel
     bias = n.out_numel(0) if n.has_input(2) else 0  # one add per output element
     return Work(flops=FLOPS_PER_MAC * macs + bias, macs=macs)
+
+
+# --- convolution variants: the causal depthwise conv of state-space models, deformable conv ---------
+
+
+@rule("CausalConvWithState", kind=Kind.COMPUTE)
+def causal_conv_with_state(n: NodeView) -> Work:
+    """Depthwise causal 1-D conv: k MACs per output, + bias, + SiLU (1, an activation) if asked."""
+    out = n.out_numel(0)  # B · C · L
+    macs = out * n.in_shape(1)[2]  # weight [C, 1, k]
+    bias = out if n.has_input(2) else 0
+    act = out if str(n.attr("activation", "none")) != "none" else 0
+    return Work(flops=FLOPS_PER_MAC * macs + bias + act, macs=macs)
+
+
+@rule("DeformConv", kind=Kind.COMPUTE)
+def deform_conv(n: NodeView) -> Work:
+    """Conv over bilinearly sampled inputs.
+
+    Sampling: every (n, c, output position, kernel tap) reads one sample of 2^r weighted taps (MACs),
+    at a position shifted by its offset (1 add per offset element), times the mask (1) if given.
+    Then the convolution proper: out · (C/group) · ∏kernel MACs, + bias.
+    """
+    x, w, y = n.in_shape(0), n.in_shape(1), n.out_shape(0)
+    r = len(x) - 2
+    taps = prod(w[2:])
+    samples = x[0] * x[1] * prod(y[2:]) * taps  # N · C · ∏out_spatial · ∏kernel
+    sample_macs = samples * 2**r  # bilinear (2-D) / trilinear (3-D) interpolation
+    conv_macs = numel(y) * w[1] * taps  # the convolution on the sampled columns
+    macs = sample_macs + conv_macs
+    flops = FLOPS_PER_MAC * macs + n.in_numel(2)  # + offset adds
+    flops += samples if n.has_input(4) else 0  # · mask
+    flops += numel(y) if n.has_input(3) else 0  # + bias
+    return Work(flops=flops, macs=macs)

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import math
 
-from graphcost._dims import numel
+from graphcost._dims import ceil_log2, numel
 from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Work, register_free, rule
-from graphcost.ops.reduce import ceil_log2
 
 # Views: the output aliases the input (Dropout in inference is Identity; see dropout below).
 register_free(("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "BitCast",

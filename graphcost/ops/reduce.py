@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sympy
 
-from graphcost._dims import Dim, numel, prod
+from graphcost._dims import Dim, ceil_log2, numel, prod
 from graphcost.ops._registry import Kind, NodeView, Work, rule
 
 REDUCE_FLOPS_PER_INPUT = {
@@ -45,13 +45,6 @@ LOGSOFTMAX_FLOPS_PER_ELEMENT = 5
 """max-reduce 1 + subtract max 1 + exp 1 + sum 1 + subtract log-sum 1; plus one log per row."""
 HARDMAX_FLOPS_PER_ELEMENT = 1
 """argmax compare 1; writing the one-hot row is a store, not arithmetic."""
-
-
-def ceil_log2(d: Dim) -> Dim:
-    """⌈log2 d⌉ for a count (0 for d ≤ 1): an int for an int, a sympy expression for a symbolic dim."""
-    if isinstance(d, int):
-        return (d - 1).bit_length() if d > 1 else 0
-    return sympy.ceiling(sympy.log(d, 2))
 
 
 def _axis(axis: int, rank: int) -> int:
