@@ -43,12 +43,33 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
     a.add_argument("--top", type=int, default=10, metavar="N", help="nodes in the top-N table (text)")
 
+    for module in _command_modules():
+        module.register(sub, _hardware_flags)
+
     h = sub.add_parser("hardware", help="list or show device specs")
     hs = h.add_subparsers(dest="hw_command", parser_class=_Parser)
     hs.add_parser("list", help="list catalog devices")
     show = hs.add_parser("show", help="show one device (name or TOML file)")
     show.add_argument("name")
     return p
+
+
+COMMAND_MODULES = ("graphcost._cmd_fusion", "graphcost._cmd_fold")
+"""Subcommands that live in their own modules: each has ``register(subparsers, hardware_flags)`` and
+``run(args) -> int`` (raising CliError for user errors)."""
+
+
+def _command_modules() -> list:  # type: ignore[type-arg]
+    import importlib
+
+    out = []
+    for name in COMMAND_MODULES:
+        try:
+            out.append(importlib.import_module(name))
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+    return out
 
 
 def _hardware_flags(a: argparse.ArgumentParser) -> None:
@@ -78,6 +99,15 @@ def _parse_dims(items: Sequence[str]) -> dict[str, int]:
             raise CliError(f"--dim {item!r}: value must be ≥ 0")
         out[name.strip()] = v
     return out
+
+
+def resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The HardwareSpec the hardware flags describe (shared by every subcommand that bounds time)."""
+    return _resolve_hardware(args)
+
+
+def parse_dims(items: Sequence[str]) -> dict[str, int]:
+    return _parse_dims(items)
 
 
 def _resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -174,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "analyze":
             return _cmd_analyze(args)
+        for module in _command_modules():
+            if args.command == module.NAME:
+                return int(module.run(args))
         if args.command == "hardware":
             if args.hw_command is None:
                 raise CliError("hardware: expected 'list' or 'show NAME'")
