@@ -199,6 +199,12 @@ class Report:
     coverage: Coverage
     shape_engines: tuple[str, ...] = ()
     schema: str = SCHEMA
+    fusion: Any = None
+    """FusionSection: groups, boundaries with reasons, fused/unfused bytes and times (passes/fusion.py)."""
+    memory: Any = None
+    """MemoryResult: liveness peak, live set, bounds, reorder, arena, training (passes/liveness.py)."""
+    batchnorm: Any = None
+    """BatchNormResult: foldable batchnorms and refusals with reasons (passes/batchnorm.py)."""
 
     def by_op_type(self) -> list[OpTypeRow]:
         """Top-level nodes grouped by (domain, op_type), slowest first."""
@@ -240,6 +246,9 @@ class Report:
             "shape_inference": list(self.shape_engines),
             "nodes": [n.to_dict() for n in self.nodes],
             "warnings": [w.to_dict() for w in self.warnings],
+            **{key: section.to_dict() for key, section in
+               (("fusion", self.fusion), ("memory", self.memory), ("batchnorm", self.batchnorm))
+               if section is not None},
         }
 
     def to_json(self, indent: int | None = 2) -> str:
