@@ -11,11 +11,16 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import Union
+from typing import TYPE_CHECKING, Any, Union
 
-import sympy
+from graphcost._sym import sympy
 
-Dim = Union[int, sympy.Expr]
+if TYPE_CHECKING:
+    import sympy as _sympy
+
+    Dim = Union[int, _sympy.Expr]
+else:
+    Dim = Union[int, Any]
 """One dimension or one count: an ``int`` when known, a sympy expression in named dims otherwise."""
 
 Shape = tuple[Dim, ...]
@@ -24,7 +29,7 @@ _NAME_OK = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @functools.lru_cache(maxsize=65536)
-def symbol(name: str) -> sympy.Symbol:
+def symbol(name: str) -> Any:
     """The symbol for a named dim. Dims are non-negative integers, which lets sympy simplify."""
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
@@ -132,4 +137,9 @@ def to_text(value: Dim) -> str:
     """A formula as text, written the way Python would (``24*batch*seq**2 + ...``)."""
     if isinstance(value, int):
         return str(value)
+    return _expr_text(value)
+
+
+@functools.lru_cache(maxsize=65536)
+def _expr_text(value: Any) -> str:
     return str(sympy.expand(value))

@@ -6,13 +6,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import sympy
-
 from graphcost._dims import Dim, free_names, numel, to_text
+from graphcost._sym import sympy
 from graphcost.graph import Graph, Tensor, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import Model, load
-from graphcost.passes.costs import CostResult, count_costs, tensor_bytes
+from graphcost.passes.costs import CostResult, TensorRef, count_costs, tensor_bytes
 from graphcost.passes.roofline import roofline
 from graphcost.passes.shapes import infer_shapes
 from graphcost.report.model import (
@@ -84,14 +83,14 @@ def analyze(
         dram_bytes=t.dram_bytes, intensity=t.intensity, compute_time_s=t.compute_time_s,
         memory_time_s=t.memory_time_s, roofline_time_s=t.roofline_time_s, bound=t.bound,
         energy_floor_j=t.energy_floor_j, unknown_nodes=t.unknown_nodes, formulas=formulas)
+    info = _InfoCache()
     nodes = tuple(
         NodeReport(
             name=c.name, op_type=c.op_type, domain=c.domain, kind=c.kind, dtype=c.dtype, flops=b.flops,
             macs=b.macs, bytes_read=b.bytes_read, bytes_written=b.bytes_written, dram_bytes=b.dram_bytes,
             intensity=b.intensity, compute_time_s=b.compute_time_s, memory_time_s=b.memory_time_s,
             roofline_time_s=b.roofline_time_s, bound=b.bound,
-            inputs=tuple(TensorInfo(r.name, _shape_out(r.shape), r.dtype) for r in c.inputs),
-            outputs=tuple(TensorInfo(r.name, _shape_out(r.shape), r.dtype) for r in c.outputs),
+            inputs=tuple(info(r) for r in c.inputs), outputs=tuple(info(r) for r in c.outputs),
             depth=c.depth, parent=c.parent,
             multiplier=c.multiplier if isinstance(c.multiplier, int) else to_text(c.multiplier),
             note=c.note, unknown_reason=c.unknown_reason, has_rule=c.has_rule)
@@ -107,6 +106,19 @@ def analyze(
         coverage=_coverage(nodes),
         shape_engines=shapes.engines,
     )
+
+
+class _InfoCache:
+    """One TensorInfo per TensorRef: a tensor read by many nodes is converted once."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, TensorInfo] = {}
+
+    def __call__(self, ref: TensorRef) -> TensorInfo:
+        out = self._seen.get(id(ref))
+        if out is None:
+            out = self._seen[id(ref)] = TensorInfo(ref.name, _shape_out(ref.shape), ref.dtype)
+        return out
 
 
 def _shape_out(shape: tuple[Dim, ...] | None) -> tuple[int | str, ...] | None:

@@ -7,6 +7,9 @@ with its shape, dtype and kind. Subgraphs of If/Loop/Scan are child graphs, reac
 :meth:`Graph.children`, whose node names are path-like (``<if_node>/then_branch/<node>``).
 
 The graph is built once from a (shape-annotated) ``ModelProto`` and never changed afterwards.
+Producer/consumer tables answer the passes' neighbour queries directly; the networkx graph behind
+them (:attr:`Graph.nx`) is built on first use, because importing networkx and building a
+100k-node MultiDiGraph costs more than analyzing a typical model that never needs it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -73,15 +75,15 @@ def dtype_name(elem_type: int) -> str:
     return _DTYPES.get(elem_type, (UNKNOWN_DTYPE, None))[0]
 
 
+_BITS: dict[str, int | None] = {name: bits for name, bits in _DTYPES.values()}
+
+
 def dtype_bits(dtype: str) -> int | None:
     """Bits per element, or None for strings and unknown types (their bytes cannot be counted)."""
-    for name, bits in _DTYPES.values():
-        if name == dtype:
-            return bits
-    return None
+    return _BITS.get(dtype)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Tensor:
     """One value of the graph. ``shape`` is None when even the rank is unknown."""
 
@@ -95,7 +97,7 @@ class Tensor:
         return None if self.shape is None else len(self.shape)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     """One op. ``inputs`` keeps empty strings for omitted optional inputs, so positions stay meaningful."""
 
@@ -120,19 +122,39 @@ class Node:
         return None
 
 
+_TYPE_CACHE: dict[bytes, tuple[Shape | None, str]] = {}
+_TYPE_CACHE_LIMIT = 1 << 16
+
+
 def _shape_of(type_proto: onnx.TypeProto, owner: str) -> tuple[Shape | None, str]:
-    """Shape and dtype of a tensor type; unnamed dims become symbols named after the tensor."""
+    """Shape and dtype of a tensor type; unnamed dims become symbols named after the tensor.
+
+    Real models repeat a handful of types thousands of times, so decoded types are cached by their
+    serialized bytes (except those with unnamed dims, whose symbols are named after their tensor).
+    """
+    key = type_proto.SerializeToString()
+    hit = _TYPE_CACHE.get(key)
+    if hit is not None:
+        return hit
+    result, owner_specific = _decode_type(type_proto, owner)
+    if not owner_specific and len(_TYPE_CACHE) < _TYPE_CACHE_LIMIT:
+        _TYPE_CACHE[key] = result
+    return result
+
+
+def _decode_type(type_proto: onnx.TypeProto, owner: str) -> tuple[tuple[Shape | None, str], bool]:
     which = type_proto.WhichOneof("value")
     if which == "tensor_type":
         tt = type_proto.tensor_type
     elif which == "sparse_tensor_type":
         tt = type_proto.sparse_tensor_type  # type: ignore[assignment]
     else:
-        return None, UNKNOWN_DTYPE  # sequences, maps, optionals: no tensor shape
+        return (None, UNKNOWN_DTYPE), False  # sequences, maps, optionals: no tensor shape
     dtype = dtype_name(tt.elem_type)
     if not tt.HasField("shape"):
-        return None, dtype
+        return (None, dtype), False
     dims: list[Dim] = []
+    owner_specific = False
     for i, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value") and d.dim_value >= 0:
             dims.append(int(d.dim_value))
@@ -140,7 +162,8 @@ def _shape_of(type_proto: onnx.TypeProto, owner: str) -> tuple[Shape | None, str
             dims.append(parse_dim(d.dim_param))
         else:
             dims.append(symbol(_unknown_dim_name(owner, i)))
-    return tuple(dims), dtype
+            owner_specific = True
+    return (tuple(dims), dtype), owner_specific
 
 
 def _unknown_dim_name(tensor: str, axis: int) -> str:
@@ -171,7 +194,9 @@ class Graph:
         self.prefix = prefix
         self.parent = parent
         self.base_dir = base_dir
-        self._g = nx.MultiDiGraph()
+        self._nx: Any = None
+        self._succ: dict[str, list[str]] = {}
+        self._pred: dict[str, list[str]] = {}
         self._tensors: dict[str, Tensor] = {}
         self._producer: dict[str, str] = {}
         self._consumers: dict[str, list[str]] = {}
@@ -223,7 +248,6 @@ class Graph:
             node = Node(full, proto.op_type, domain, opset, tuple(proto.input), tuple(proto.output), index, proto)
             self._nodes[full] = node
             self._order.append(full)
-            self._g.add_node(full)
             is_const_source = proto.op_type == "Constant" and domain == DEFAULT_DOMAIN
             for out in proto.output:
                 if not out:
@@ -253,13 +277,18 @@ class Graph:
 
         for name in self._order:
             node = self._nodes[name]
-            for slot, t in enumerate(node.inputs):
+            for t in node.inputs:
                 if not t:
                     continue
                 self._consumers.setdefault(t, []).append(name)
                 src = self._producer.get(t)
                 if src is not None:
-                    self._g.add_edge(src, name, key=f"{t}#{slot}", tensor=t)
+                    succ = self._succ.setdefault(src, [])
+                    if name not in succ:
+                        succ.append(name)
+                    pred = self._pred.setdefault(name, [])
+                    if src not in pred:
+                        pred.append(src)
         # ConstantOfShape fed only by constants is a weight too (paddle2onnx writes weights this way).
         for name in self._order:
             node = self._nodes[name]
@@ -299,13 +328,36 @@ class Graph:
         return [self._nodes[n] for n in self._consumers.get(tensor, [])]
 
     def successors(self, node: str) -> list[str]:
-        return list(self._g.successors(node))
+        """Nodes that consume an output of ``node`` (each once), in graph order."""
+        return list(self._succ.get(node, ()))
 
     def predecessors(self, node: str) -> list[str]:
-        return list(self._g.predecessors(node))
+        """Nodes that produce an input of ``node`` (each once)."""
+        return list(self._pred.get(node, ()))
+
+    @property
+    def nx(self) -> Any:
+        """The networkx MultiDiGraph: nodes are op names (with their Node record as ``node``), edges are
+        tensors keyed ``<tensor>#<input slot>`` (a tensor can feed one node twice). Built on first use."""
+        if self._nx is None:
+            import networkx
+
+            g = networkx.MultiDiGraph()
+            for name in self._order:
+                g.add_node(name, node=self._nodes[name])
+            for name in self._order:
+                for slot, t in enumerate(self._nodes[name].inputs):
+                    src = self._producer.get(t) if t else None
+                    if src is not None:
+                        g.add_edge(src, name, key=f"{t}#{slot}", tensor=t)
+            self._nx = g
+        return self._nx
 
     def topological_order(self) -> list[str]:
-        return list(nx.topological_sort(self._g))
+        """A topological order of the nodes (networkx's, which may differ from graph order)."""
+        import networkx
+
+        return list(networkx.topological_sort(self.nx))
 
     def children(self, node: str) -> list[tuple[str, Graph]]:
         """Subgraphs held by a node's attributes, as (attribute label, child graph)."""

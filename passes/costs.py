@@ -15,25 +15,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-
-import sympy
+from dataclasses import dataclass, field
 
 from graphcost._dims import Dim, numel, simplify_dim, symbol
+from graphcost._sym import sympy
 from graphcost.graph import Graph, Node, Tensor, dtype_bits
 from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, lookup
 
 CONTROL_OPS = ("If", "Loop", "Scan", "SequenceMap")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorRef:
     name: str
     shape: tuple[Dim, ...] | None
     dtype: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeCost:
     """Cost of one node (of one execution; a body node is per iteration, see ``multiplier``).
 
@@ -90,12 +89,6 @@ def tensor_bytes(t: Tensor | None) -> Dim | None:
     return simplify_dim(sympy.ceiling(n * bits / sympy.Integer(8)))
 
 
-def _ref(t: Tensor | None, name: str) -> TensorRef:
-    if t is None:
-        return TensorRef(name, None, "unknown")
-    return TensorRef(name, t.shape, t.dtype)
-
-
 def _sum(values: Iterable[Dim | None]) -> Dim | None:
     total: Dim = 0
     for v in values:
@@ -108,10 +101,27 @@ def _sum(values: Iterable[Dim | None]) -> Dim | None:
 def count_costs(graph: Graph) -> CostResult:
     """Cost every node of ``graph`` (and of its subgraphs)."""
     nodes: list[NodeCost] = []
-    warnings: list[CostWarning] = []
+    ctx = _Context()
     for node in graph.nodes():
-        nodes.extend(_cost_node(graph, node, depth=0, parent=None, multiplier=1, warnings=warnings))
-    return CostResult(tuple(nodes), tuple(warnings))
+        nodes.extend(_cost_node(graph, node, depth=0, parent=None, multiplier=1, ctx=ctx))
+    return CostResult(tuple(nodes), tuple(ctx.warnings))
+
+
+@dataclass
+class _Context:
+    """State of one count_costs call: warnings so far, and one TensorRef per tensor (a tensor feeding
+    many nodes is described once)."""
+
+    warnings: list[CostWarning] = field(default_factory=list)
+    refs: dict[int, TensorRef] = field(default_factory=dict)
+
+    def ref(self, t: Tensor | None, name: str) -> TensorRef:
+        if t is None:
+            return TensorRef(name, None, "unknown")
+        ref = self.refs.get(id(t))
+        if ref is None or ref.name != name:
+            ref = self.refs[id(t)] = TensorRef(name, t.shape, t.dtype)
+        return ref
 
 
 def _node_bytes(graph: Graph, node: Node, free_inputs: frozenset[int], kind: Kind | None
@@ -146,26 +156,26 @@ def _node_bytes(graph: Graph, node: Node, free_inputs: frozenset[int], kind: Kin
 
 
 def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, multiplier: Dim,
-               warnings: list[CostWarning]) -> list[NodeCost]:
+               ctx: _Context) -> list[NodeCost]:
     inputs = tuple(graph.tensor(t) if t else None for t in node.inputs)
     outputs = tuple(graph.tensor(t) if t else None for t in node.outputs)
-    refs_in = tuple(_ref(t, n) for t, n in zip(inputs, node.inputs, strict=True) if n)
-    refs_out = tuple(_ref(t, n) for t, n in zip(outputs, node.outputs, strict=True) if n)
+    refs_in = tuple(ctx.ref(t, n) for t, n in zip(inputs, node.inputs, strict=True) if n)
+    refs_out = tuple(ctx.ref(t, n) for t, n in zip(outputs, node.outputs, strict=True) if n)
     dtype = next((t.dtype for t in inputs if t is not None), "unknown")
     entry = lookup(node.domain, node.op_type)
 
     if node.op_type in CONTROL_OPS and graph.children(node.name):
         return _cost_control(graph, node, inputs, outputs, refs_in, refs_out, dtype, depth, parent,
-                             multiplier, warnings)
+                             multiplier, ctx)
 
     kind = entry.kind if entry is not None else None
     b_read, b_written, missing = _node_bytes(graph, node, entry.free_inputs if entry else frozenset(), kind)
     if missing:
-        warnings.append(CostWarning(node.name, f"shape or dtype of {', '.join(missing[:3])} unknown: "
+        ctx.warnings.append(CostWarning(node.name, f"shape or dtype of {', '.join(missing[:3])} unknown: "
                                                f"bytes of {node.op_type} not counted"))
     if entry is None:
         reason = f"no cost rule for {node.domain}::{node.op_type}"
-        warnings.append(CostWarning(node.name, f"{reason}; FLOPs unknown (register one with graphcost.ops.rule)"))
+        ctx.warnings.append(CostWarning(node.name, f"{reason}; FLOPs unknown (register one with graphcost.ops.rule)"))
         return [NodeCost(node.name, node.op_type, node.domain, None, dtype, None, None, b_read, b_written,
                          refs_in, refs_out, False, depth, parent, multiplier, "", reason)]
     view = NodeView(node, inputs, outputs, graph)
@@ -176,7 +186,7 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
     except Exception as e:  # a rule bug must not kill the analysis, but it must be visible
         result = Unknown(f"cost rule for {node.op_type} failed: {type(e).__name__}: {e}")
     if isinstance(result, Unknown):
-        warnings.append(CostWarning(node.name, f"{node.op_type}: {result.reason}; FLOPs unknown"))
+        ctx.warnings.append(CostWarning(node.name, f"{node.op_type}: {result.reason}; FLOPs unknown"))
         return [NodeCost(node.name, node.op_type, node.domain, kind.value if kind else None, dtype, None, None,
                          b_read, b_written, refs_in, refs_out, True, depth, parent, multiplier, "", result.reason)]
     return [NodeCost(node.name, node.op_type, node.domain, kind.value if kind else None, dtype,
@@ -206,7 +216,7 @@ def _safe(name: str) -> str:
 
 def _cost_control(graph: Graph, node: Node, inputs: tuple[Tensor | None, ...], outputs: tuple[Tensor | None, ...],
                   refs_in: tuple[TensorRef, ...], refs_out: tuple[TensorRef, ...], dtype: str, depth: int,
-                  parent: str | None, multiplier: Dim, warnings: list[CostWarning]) -> list[NodeCost]:
+                  parent: str | None, multiplier: Dim, ctx: _Context) -> list[NodeCost]:
     children = graph.children(node.name)
     # Bytes of the control node itself: the inputs it reads directly (If's condition, Loop's counters).
     own_read: Dim | None = 0
@@ -219,7 +229,7 @@ def _cost_control(graph: Graph, node: Node, inputs: tuple[Tensor | None, ...], o
             rows: list[NodeCost] = []
             for cn in child.nodes():
                 rows.extend(_cost_node(child, cn, depth=depth + 1, parent=node.name, multiplier=multiplier,
-                                       warnings=warnings))
+                                       ctx=ctx))
             branches.append((label, rows))
         totals = [_body_totals(rows, depth + 1) for _, rows in branches]
         flops, macs, b_read, b_written = (_max_of([t[i] for t in totals]) for i in range(4))
@@ -233,13 +243,13 @@ def _cost_control(graph: Graph, node: Node, inputs: tuple[Tensor | None, ...], o
         body_rows = []
         for cn in child.nodes():
             body_rows.extend(_cost_node(child, cn, depth=depth + 1, parent=node.name,
-                                        multiplier=multiplier * factor, warnings=warnings))
+                                        multiplier=multiplier * factor, ctx=ctx))
         flops, macs, b_read, b_written = (
             None if v is None else simplify_dim(v * factor) if not isinstance(v * factor, int) else v * factor
             for v in _body_totals(body_rows, depth + 1))
         note = f"{node.op_type}: body × {why}"
         if not isinstance(factor, int) and str(factor).startswith("trips_"):
-            warnings.append(CostWarning(node.name, f"{node.op_type} trip count unknown; "
+            ctx.warnings.append(CostWarning(node.name, f"{node.op_type} trip count unknown; "
                                                    f"totals carry the symbol {factor} (bind it with --dim)"))
     reason = None
     if flops is None:

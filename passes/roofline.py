@@ -26,7 +26,7 @@ from graphcost.passes.costs import CostResult, NodeCost, tensor_bytes
 Number = int | float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeBound:
     name: str
     flops: Number | None

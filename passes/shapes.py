@@ -17,6 +17,7 @@ The pass never changes its input model; it returns a new typed graph and its war
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib.util
 import io
 import os
@@ -59,6 +60,19 @@ def infer_shapes(
     input_shapes: Mapping[str, InputShape] | None = None,
     dims: Mapping[str, int] | None = None,
 ) -> ShapeResult:
+    token = _FLAT.set(not _has_subgraphs(model.proto.graph))
+    try:
+        return _infer_shapes(model, input_shapes=input_shapes, dims=dims)
+    finally:
+        _FLAT.reset(token)
+
+
+def _infer_shapes(
+    model: Model,
+    *,
+    input_shapes: Mapping[str, InputShape] | None,
+    dims: Mapping[str, int] | None,
+) -> ShapeResult:
     warnings: list[ShapeWarning] = []
     base = onnx.ModelProto()
     base.CopyFrom(model.proto)
@@ -84,7 +98,8 @@ def infer_shapes(
                                            "their dims are named unknowns"))
 
     ort_notes: list[ShapeWarning] = []
-    if _unresolved(inferred.graph, typed):
+    names = _tensor_names(stripped.graph)  # the same nodes in every copy of the model
+    if _unresolved(inferred.graph, typed, names):
         ort = _ort_infer(inferred, model.base_dir, ort_notes)
         if ort is not None:
             engines.append("onnxruntime-symbolic")
@@ -94,14 +109,14 @@ def infer_shapes(
             typed = _merge(ort_types, typed)
 
     bound = dict(dims or {})
-    if bound and _unresolved(inferred.graph, typed):
+    if bound and _unresolved(inferred.graph, typed, names):
         concrete = onnx.ModelProto()
         concrete.CopyFrom(stripped)
         if _bind_inputs(concrete, bound):
             engines.append("bound-dims")
             c_inf = _onnx_infer(concrete, [])
             c_types = _collect_types(c_inf.graph)
-            if _unresolved(c_inf.graph, c_types):
+            if _unresolved(c_inf.graph, c_types, names):
                 c_ort = _ort_infer(c_inf, model.base_dir, [])
                 if c_ort is not None:
                     c_ort_types = _collect_types(c_ort.graph)
@@ -111,7 +126,7 @@ def infer_shapes(
             typed = _fill_unresolved(typed, c_types, set(bound))
 
     typed = _merge(typed, declared)
-    if ort_notes and _unresolved(inferred.graph, typed):
+    if ort_notes and _unresolved(inferred.graph, typed, names):
         warnings.extend(ort_notes)  # only worth saying when something stayed unresolved
     _check_declared_outputs(base.graph, typed, warnings)
     result = onnx.ModelProto()
@@ -224,8 +239,19 @@ def _unknown_name(tensor: str, axis: int) -> str:
 TypeTable = dict[str, onnx.TypeProto]
 
 
+_FLAT: contextvars.ContextVar[bool] = contextvars.ContextVar("graphcost_flat_model", default=False)
+"""True while inferring a model without subgraphs: walks then skip scanning every node's attributes."""
+
+
+def _has_subgraphs(graph: onnx.GraphProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for node in graph.node for a in node.attribute)
+
+
 def _walk_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     yield graph
+    if _FLAT.get():
+        return
     for node in graph.node:
         for a in node.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
@@ -430,19 +456,10 @@ def _input_dim_names(graph: onnx.GraphProto) -> frozenset[str]:
     return frozenset(names)
 
 
-def _score(graph: onnx.GraphProto, types: TypeTable) -> int:
-    known = _input_dim_names(graph)
-    total = 0
-    for name in _tensor_names(graph):
-        t = types.get(name)
-        total += 1000 if t is None else _type_score(t, known)
-    return total
-
-
-def _unresolved(graph: onnx.GraphProto, types: TypeTable) -> bool:
+def _unresolved(graph: onnx.GraphProto, types: TypeTable, names: list[str] | None = None) -> bool:
     """True when some value has no shape or a dim that is not expressed in the inputs' dims."""
     known = _input_dim_names(graph)
-    for name in _tensor_names(graph):
+    for name in names if names is not None else _tensor_names(graph):
         t = types.get(name)
         if t is None:
             return True

@@ -19,6 +19,7 @@ Users add rules for custom ops with the same decorator::
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -51,7 +52,7 @@ class ShapeUnknown(Exception):
     """Raised inside a rule when a shape it needs is not known; the dispatcher turns it into Unknown."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Work:
     """Arithmetic work of one node. ``macs`` counts multiply-accumulates only; ``flops`` counts all.
 
@@ -149,9 +150,13 @@ _MISSING = object()
 
 def schema_default(node: Node, name: str) -> Any:
     """The ONNX schema's default for an attribute at the node's opset, or ``_MISSING``."""
+    return _schema_default(node.op_type, node.opset, node.domain, name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_default(op_type: str, opset: int, domain: str, name: str) -> Any:
     try:
-        schema = onnx.defs.get_schema(node.op_type, max(node.opset, 1),
-                                      "" if node.domain == DEFAULT_DOMAIN else node.domain)
+        schema = onnx.defs.get_schema(op_type, max(opset, 1), "" if domain == DEFAULT_DOMAIN else domain)
     except Exception:
         return _MISSING
     attr = schema.attributes.get(name)
@@ -160,7 +165,7 @@ def schema_default(node: Node, name: str) -> Any:
     return onnx.helper.get_attribute_value(attr.default_value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeView:
     """What a rule sees of a node: typed inputs/outputs (None where omitted or unknown) and attributes."""
 

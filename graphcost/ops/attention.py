@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import onnx
-import sympy
 
 from graphcost._dims import Dim, numel, prod
+from graphcost._sym import sympy
 from graphcost.graph import Graph
 from graphcost.ops._registry import (
     FLOPS_PER_MAC,

@@ -30,9 +30,8 @@ Every (query, key) pair is costed, causal masking included: an upper bound a cau
 
 from __future__ import annotations
 
-import sympy
-
 from graphcost._dims import Dim, numel, prod, simplify_dim
+from graphcost._sym import sympy
 from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Unknown, Work, register_free, rule
 from graphcost.ops.conv import conv
 from graphcost.ops.linalg import gemm, matmul_macs

@@ -14,9 +14,8 @@ Each rule states its count in its docstring. The recurring conventions:
 
 from __future__ import annotations
 
-import sympy
-
 from graphcost._dims import Dim, ceil_log2, numel, prod
+from graphcost._sym import sympy
 from graphcost.ops._registry import (
     FLOPS_PER_MAC,
     Kind,

@@ -15,9 +15,8 @@ log 1 + add back the max 1 per output).
 
 from __future__ import annotations
 
-import sympy
-
 from graphcost._dims import Dim, ceil_log2, numel, prod
+from graphcost._sym import sympy
 from graphcost.ops._registry import Kind, NodeView, Work, rule
 
 REDUCE_FLOPS_PER_INPUT = {

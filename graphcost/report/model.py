@@ -15,11 +15,12 @@ from typing import Any
 from graphcost.hardware.spec import HardwareSpec
 
 SCHEMA = "graphcost.report/1"
+COMPACT_JSON_NODES = 2000
 
 Number = int | float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorInfo:
     name: str
     shape: tuple[int | str, ...] | None
@@ -29,7 +30,7 @@ class TensorInfo:
         return {"name": self.name, "shape": None if self.shape is None else list(self.shape), "dtype": self.dtype}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeReport:
     name: str
     op_type: str
@@ -66,9 +67,9 @@ class NodeReport:
         return {
             "name": self.name, "op_type": self.op_type, "domain": self.domain, "kind": self.kind,
             "dtype": self.dtype, "flops": self.flops, "macs": self.macs, "bytes_read": self.bytes_read,
-            "bytes_written": self.bytes_written, "dram_bytes": self.dram_bytes, "intensity": self.intensity,
-            "compute_time_s": self.compute_time_s, "memory_time_s": self.memory_time_s,
-            "roofline_time_s": self.roofline_time_s, "bound": self.bound, "fusion_group": self.fusion_group,
+            "bytes_written": self.bytes_written, "dram_bytes": self.dram_bytes, "intensity": _f(self.intensity),
+            "compute_time_s": _f(self.compute_time_s), "memory_time_s": _f(self.memory_time_s),
+            "roofline_time_s": _f(self.roofline_time_s), "bound": self.bound, "fusion_group": self.fusion_group,
             "depth": self.depth, "parent": self.parent, "multiplier": self.multiplier, "note": self.note or None,
             "unknown_reason": self.unknown_reason,
             "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
@@ -251,8 +252,12 @@ class Report:
                if section is not None},
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(_finite(self.to_dict()), indent=indent)
+    def to_json(self, indent: int | None = None) -> str:
+        """The report as JSON. ``indent=None`` (the default) picks 2 for small reports and compact
+        output past ``COMPACT_JSON_NODES`` nodes, where indentation would cost more than the analysis."""
+        if indent is None and len(self.nodes) <= COMPACT_JSON_NODES:
+            indent = 2
+        return json.dumps(_finite(self.to_dict()), indent=indent, separators=None if indent else (",", ":"))
 
     def to_csv(self) -> str:
         from graphcost.report.csv import render_csv
@@ -265,12 +270,16 @@ class Report:
         return render_text(self, top=top, width=width)
 
 
+def _f(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
+
+
 def _finite(value: Any) -> Any:
-    """JSON has no inf/nan: write them as null."""
+    """JSON has no inf/nan: write them as null (node rows are checked as they are built)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: (v if k == "nodes" else _finite(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
