@@ -187,13 +187,17 @@ class Graph:
         prefix: str = "",
         parent: Graph | None = None,
         base_dir: str | None = None,
+        types: Mapping[str, onnx.TypeProto] | None = None,
     ) -> None:
+        """``types`` (value name → type, the shapes pass's table for this graph and its subgraphs)
+        replaces the graph's stored value_info when given."""
         self.proto = graph
         self.name = graph.name
         self.opsets = dict(opsets)
         self.prefix = prefix
         self.parent = parent
         self.base_dir = base_dir
+        self._types = types
         self._nx: Any = None
         self._succ: dict[str, list[str]] = {}
         self._pred: dict[str, list[str]] = {}
@@ -212,11 +216,16 @@ class Graph:
     # ----------------------------------------------------------------- construction
     def _build(self) -> None:
         g = self.proto
-        typed: dict[str, onnx.ValueInfoProto] = {}
-        for vi in g.value_info:
-            typed[vi.name] = vi
-        for vi in g.output:
-            typed.setdefault(vi.name, vi)
+        typed: Mapping[str, onnx.TypeProto]
+        if self._types is not None:
+            typed = self._types
+        else:
+            stored: dict[str, onnx.TypeProto] = {}
+            for vi in g.value_info:
+                stored[vi.name] = vi.type
+            for vi in g.output:
+                stored.setdefault(vi.name, vi.type)
+            typed = stored
         output_set = set(self.output_names)
 
         for init in g.initializer:
@@ -230,7 +239,7 @@ class Graph:
         for vi in g.input:
             if vi.name in self._tensors:
                 continue  # an initializer also listed as input (IR < 4): it is a parameter
-            shape, dtype = _shape_of(vi.type, vi.name)
+            shape, dtype = _shape_of(typed.get(vi.name) or vi.type, vi.name)
             self._tensors[vi.name] = Tensor(vi.name, shape, dtype, TensorKind.INPUT)
 
         used_names: set[str] = set()
@@ -253,8 +262,8 @@ class Graph:
                 if not out:
                     continue
                 self._producer[out] = full
-                vi = typed.get(out)
-                shape, dtype = _shape_of(vi.type, out) if vi is not None else (None, UNKNOWN_DTYPE)
+                tp = typed.get(out)
+                shape, dtype = _shape_of(tp, out) if tp is not None else (None, UNKNOWN_DTYPE)
                 if is_const_source:
                     self._constant_nodes[out] = proto
                     cshape, cdtype = _constant_shape(proto)
@@ -272,7 +281,7 @@ class Graph:
                 for j, sub in enumerate(subs):
                     label = attr.name if len(subs) == 1 else f"{attr.name}[{j}]"
                     child = Graph(sub, self.opsets, prefix=f"{full}/{label}/", parent=self,
-                                  base_dir=self.base_dir)
+                                  base_dir=self.base_dir, types=self._types)
                     self._children.setdefault(full, []).append((label, child))
 
         for name in self._order:

@@ -42,36 +42,81 @@ class DataDependence:
     """Tensors downstream of a guarded output (their shapes come from onnx inference only)."""
 
 
-def analyze(model: onnx.ModelProto) -> DataDependence:
-    inits = {t.name for t in model.graph.initializer}
-    data: set[str] = {vi.name for vi in model.graph.input if vi.name not in inits}
+def analyze(model: onnx.ModelProto, *, nested: bool = True) -> DataDependence:
+    """Find value-dependent shapes. ``nested=False`` promises the model has no subgraphs."""
+    inits: set[str] = set()
+    sources: set[str] = set()  # tensors whose values are run-time data
+    producer: dict[str, onnx.NodeProto] = {}
+    nodes: list[onnx.NodeProto] = []
+    graphs = [model.graph]
+    while graphs:
+        g = graphs.pop()
+        inits.update(t.name for t in g.initializer)
+        sources.update(vi.name for vi in g.input)
+        for node in g.node:
+            nodes.append(node)
+            for o in node.output:
+                if o:
+                    producer[o] = node
+            if nested:
+                for a in node.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        graphs.append(a.g)
+                    elif a.type == onnx.AttributeProto.GRAPHS:
+                        graphs.extend(a.graphs)
+    sources -= inits
+
+    candidates = [(node, [node.input[i] for i in SHAPE_SLOTS[node.op_type] if i < len(node.input) and node.input[i]])
+                  for node in nodes if node.op_type in SHAPE_SLOTS and node.domain in ("", "ai.onnx")]
+    memo: dict[str, bool] = {}
     guarded: dict[str, str] = {}
-    tainted: set[str] = set()
-    _visit(model.graph, data, guarded, tainted)
+    for node, slots in candidates:
+        if any(_is_data(t, sources, producer, memo) for t in slots):
+            for o in node.output:
+                if o:
+                    guarded[o] = node.op_type
+    if not guarded:
+        return DataDependence({}, frozenset())
+    tainted: set[str] = set(guarded)
+    changed = True
+    while changed:  # bodies may come after their consumers in the walk: iterate to a fixed point
+        changed = False
+        for node in nodes:
+            if any(i in tainted for i in node.input if i):
+                for o in node.output:
+                    if o and o not in tainted:
+                        tainted.add(o)
+                        changed = True
     return DataDependence(guarded, frozenset(tainted))
 
 
-def _visit(graph: onnx.GraphProto, data: set[str], guarded: dict[str, str], tainted: set[str]) -> None:
-    for node in graph.node:
-        # subgraph bodies: their formal inputs are run-time data; they may read outer values
-        for a in node.attribute:
-            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else (
-                list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else [])
-            for sub in subs:
-                inner_inits = {t.name for t in sub.initializer}
-                data |= {vi.name for vi in sub.input if vi.name not in inner_inits}
-                _visit(sub, data, guarded, tainted)
-        ins = list(node.input)
-        outs = [o for o in node.output if o]
-        is_std = node.domain in ("", "ai.onnx")
-        slots = SHAPE_SLOTS.get(node.op_type, ()) if is_std else ()
-        if any(i < len(ins) and ins[i] and ins[i] in data for i in slots):
-            for o in outs:
-                guarded[o] = node.op_type
-                tainted.add(o)
-        elif any(i in tainted for i in ins if i):
-            tainted.update(outs)
-        if not (is_std and node.op_type in SHAPE_ONLY_VALUES) and any(i in data for i in ins if i):
-            data.update(outs)
-        elif node.op_type in ("If", "Loop", "Scan"):
-            data.update(outs)  # values produced by a body are run-time data
+def _is_data(tensor: str, sources: set[str], producer: dict[str, onnx.NodeProto], memo: dict[str, bool]) -> bool:
+    """Whether a tensor's *value* depends on run-time data (iterative, memoized walk up the producers)."""
+    stack = [tensor]
+    entered: set[str] = set()  # guards against malformed (cyclic) graphs
+    while stack:
+        t = stack[-1]
+        if t in memo:
+            stack.pop()
+            continue
+        if t in sources:
+            memo[t] = True
+            stack.pop()
+            continue
+        node = producer.get(t)
+        if node is None or (node.domain in ("", "ai.onnx") and node.op_type in SHAPE_ONLY_VALUES):
+            memo[t] = False  # an initializer, an outer constant, or a value computed from shapes only
+            stack.pop()
+            continue
+        if node.op_type in ("If", "Loop", "Scan", "SequenceMap"):
+            memo[t] = True  # values produced by a body are run-time data
+            stack.pop()
+            continue
+        pending = [i for i in node.input if i and i not in memo]
+        if pending and t not in entered:
+            entered.add(t)
+            stack.extend(pending)
+            continue
+        memo[t] = any(memo.get(i, False) for i in node.input if i)
+        stack.pop()
+    return memo[tensor]

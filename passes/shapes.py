@@ -46,12 +46,21 @@ class ShapeWarning:
 @dataclass(frozen=True)
 class ShapeResult:
     graph: Graph
-    proto: onnx.ModelProto
+    types: Mapping[str, onnx.TypeProto]
+    """The chosen type of every value (main graph and subgraphs), by name."""
     warnings: tuple[ShapeWarning, ...]
     input_dims: tuple[str, ...]
     """Names of the symbolic dims of the graph inputs (the dims a user can bind)."""
     engines: tuple[str, ...]
     """Which inference engines contributed (for the report)."""
+    source: onnx.ModelProto
+
+    def model_proto(self) -> onnx.ModelProto:
+        """A copy of the model with every inferred type written as value_info (for tools that want one)."""
+        out = onnx.ModelProto()
+        out.CopyFrom(self.source)
+        _write_types(out, dict(self.types))
+        return out
 
 
 def infer_shapes(
@@ -74,21 +83,23 @@ def _infer_shapes(
     dims: Mapping[str, int] | None,
 ) -> ShapeResult:
     warnings: list[ShapeWarning] = []
-    base = onnx.ModelProto()
-    base.CopyFrom(model.proto)
-    input_names = {vi.name for vi in base.graph.input}
-    for name, shape in (input_shapes or {}).items():
-        if name not in input_names:
-            raise ValueError(f"--input-shape names {name!r}, which is not a graph input "
-                             f"(inputs: {', '.join(sorted(input_names)) or 'none'})")
-        _set_input_shape(base, name, shape)
+    base = model.proto  # read only; the copies below are what inference may change
+    if input_shapes:
+        base = onnx.ModelProto()
+        base.CopyFrom(model.proto)
+        input_names = {vi.name for vi in base.graph.input}
+        for name, shape in input_shapes.items():
+            if name not in input_names:
+                raise ValueError(f"--input-shape names {name!r}, which is not a graph input "
+                                 f"(inputs: {', '.join(sorted(input_names)) or 'none'})")
+            _set_input_shape(base, name, shape)
 
     declared = _collect_types(base.graph)
     stripped = _strip_shapes(base)
     engines = ["onnx"]
     inferred = _onnx_infer(stripped, warnings)
     typed = _collect_types(inferred.graph)
-    dep = _datadep.analyze(stripped)
+    dep = _datadep.analyze(stripped, nested=not _FLAT.get())
     if dep.guarded:
         stripped = _seed_guarded(stripped, typed, dep)
         inferred = _onnx_infer(stripped, [])
@@ -129,17 +140,14 @@ def _infer_shapes(
     if ort_notes and _unresolved(inferred.graph, typed, names):
         warnings.extend(ort_notes)  # only worth saying when something stayed unresolved
     _check_declared_outputs(base.graph, typed, warnings)
-    result = onnx.ModelProto()
-    result.CopyFrom(inferred)
-    _write_types(result, typed)
-    graph = Graph(result.graph, opset_lookup(result), base_dir=model.base_dir)
+    graph = Graph(inferred.graph, opset_lookup(inferred), base_dir=model.base_dir, types=typed)
     input_dims: set[str] = set()
     for name in graph.input_names:
         t = graph.tensor(name)
         if t is not None and t.shape is not None:
             for d in t.shape:
                 input_dims |= free_names(d)
-    return ShapeResult(graph, result, tuple(warnings), tuple(sorted(input_dims)), tuple(engines))
+    return ShapeResult(graph, typed, tuple(warnings), tuple(sorted(input_dims)), tuple(engines), inferred)
 
 
 # ---------------------------------------------------------------------------- input shapes
