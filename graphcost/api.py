@@ -6,6 +6,7 @@ import contextlib
 import gc
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from graphcost._dims import Dim, free_names, numel, to_text
@@ -13,7 +14,10 @@ from graphcost._sym import sympy
 from graphcost.graph import Graph, Tensor, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import Model, load
+from graphcost.passes.batchnorm import find_foldable
 from graphcost.passes.costs import CostResult, TensorRef, count_costs, tensor_bytes
+from graphcost.passes.fusion import FusionSection, Policy, fuse, fusion_section
+from graphcost.passes.liveness import TrainingOptions, liveness
 from graphcost.passes.roofline import roofline
 from graphcost.passes.shapes import infer_shapes
 from graphcost.report.model import (
@@ -25,6 +29,7 @@ from graphcost.report.model import (
     TensorInfo,
     Warning_,
 )
+from graphcost.report.sections import BatchNormSection
 
 DEFAULT_DIM_VALUE = 1
 """Value used for a dim nobody bound, so numbers can be given; always stated with a warning."""
@@ -48,16 +53,39 @@ def analyze(
     input_shapes: Mapping[str, Sequence[int | str]] | None = None,
     derate: bool | tuple[float, float] = False,
     capacity: bool = True,
+    fusion: bool = True,
+    fusion_policy: Policy | str | None = None,
+    memory: bool = True,
+    training: TrainingOptions | None = None,
+    alignment: int = 64,
+    batchnorm: bool = True,
 ) -> Report:
     """Analyze a model (path, bytes, ModelProto or loaded Model) on a device.
 
     ``dims`` binds named dims (``{"batch": 8}``); dims left unbound get ``DEFAULT_DIM_VALUE`` with a
     warning, and the totals also carry exact formulas in the dim names. ``derate`` applies the
     textbook efficiency placeholders (True) or the given (compute, bandwidth) factors.
+
+    The later passes run by default and fill ``report.fusion`` (groups under ``fusion_policy``, default
+    ``"ideal"``), ``report.memory`` (liveness peak, arena with ``alignment``, and ``training`` memory when
+    given) and ``report.batchnorm`` (foldable batchnorms); switch each off with its flag.
     """
+    options = _Options(capacity=capacity, fusion=fusion, fusion_policy=fusion_policy, memory=memory,
+                       training=training, alignment=alignment, batchnorm=batchnorm)
     with _gc_paused():
         return _analyze(model, hardware=hardware, dims=dims, input_shapes=input_shapes, derate=derate,
-                        capacity=capacity)
+                        options=options)
+
+
+@dataclass(frozen=True)
+class _Options:
+    capacity: bool
+    fusion: bool
+    fusion_policy: Policy | str | None
+    memory: bool
+    training: TrainingOptions | None
+    alignment: int
+    batchnorm: bool
 
 
 @contextlib.contextmanager
@@ -80,7 +108,7 @@ def _analyze(
     dims: Mapping[str, int] | None,
     input_shapes: Mapping[str, Sequence[int | str]] | None,
     derate: bool | tuple[float, float],
-    capacity: bool,
+    options: _Options,
 ) -> Report:
     hw = _hardware(hardware)
     if derate:
@@ -98,12 +126,8 @@ def _analyze(
     warnings = [Warning_(w.node, w.message) for w in shapes.warnings]
     defaulted = sorted(model_dims - set(bound))
     binding = {**{d: DEFAULT_DIM_VALUE for d in defaulted}, **bound}
-    if defaulted:
-        shown = ", ".join(f"{d}={DEFAULT_DIM_VALUE}" for d in defaulted[:8])
-        more = f" and {len(defaulted) - 8} more" if len(defaulted) > 8 else ""
-        warnings.append(Warning_(None, f"unbound dims: numbers use {shown}{more}; bind them with --dim NAME=VALUE "
-                                       "(exact formulas are in totals.formulas)"))
-    bounds = roofline(costs, hw, binding, graph=graph, capacity=capacity)
+    warnings.extend(_defaulted_warnings(defaulted, set(shapes.input_dims)))
+    bounds = roofline(costs, hw, binding, graph=graph, capacity=options.capacity)
     warnings.extend(Warning_(w.node, w.message) for w in costs.warnings)
     formulas = _formulas(costs) if model_dims else {}
     t = bounds.totals
@@ -112,6 +136,17 @@ def _analyze(
         dram_bytes=t.dram_bytes, intensity=t.intensity, compute_time_s=t.compute_time_s,
         memory_time_s=t.memory_time_s, roofline_time_s=t.roofline_time_s, bound=t.bound,
         energy_floor_j=t.energy_floor_j, unknown_nodes=t.unknown_nodes, formulas=formulas)
+    fusion = None
+    if options.fusion:
+        fusion = fusion_section(fuse(graph, costs, options.fusion_policy), hw, binding)
+    memory = None
+    if options.memory:
+        memory = liveness(graph, binding, alignment=options.alignment, training=options.training)
+        warnings.extend(Warning_(None, f"memory: {w}") for w in memory.warnings)
+    batchnorm = None
+    if options.batchnorm:
+        batchnorm = BatchNormSection.of(find_foldable(graph, costs), hw, binding)
+    groups = _group_ids(fusion, costs)
     info = _InfoCache()
     nodes = tuple(
         NodeReport(
@@ -122,7 +157,7 @@ def _analyze(
             inputs=tuple(info(r) for r in c.inputs), outputs=tuple(info(r) for r in c.outputs),
             depth=c.depth, parent=c.parent,
             multiplier=c.multiplier if isinstance(c.multiplier, int) else to_text(c.multiplier),
-            note=c.note, unknown_reason=c.unknown_reason, has_rule=c.has_rule)
+            note=c.note, unknown_reason=c.unknown_reason, has_rule=c.has_rule, fusion_group=groups.get(c.name))
         for c, b in zip(costs.nodes, bounds.nodes, strict=True))
     return Report(
         model=_model_info(m, graph, len(costs.top_level())),
@@ -134,7 +169,41 @@ def _analyze(
         defaulted_dims=tuple(defaulted),
         coverage=_coverage(nodes),
         shape_engines=shapes.engines,
+        fusion=fusion,
+        memory=memory,
+        batchnorm=batchnorm,
     )
+
+
+def _group_ids(fusion: FusionSection | None, costs: CostResult) -> dict[str, str]:
+    if fusion is None:
+        return {}
+    out: dict[str, str] = {}
+    for c in costs.nodes:
+        try:
+            out[c.name] = fusion.group_of(c.name).id
+        except KeyError:
+            continue
+    return out
+
+
+def _defaulted_warnings(defaulted: list[str], input_dims: set[str]) -> list[Warning_]:
+    """Say which dims the numbers assumed: the inputs' named dims, and dims inference could not resolve."""
+    out: list[Warning_] = []
+    named = [d for d in defaulted if d in input_dims or d.startswith("trips_")]
+    other = [d for d in defaulted if d not in named]
+    if named:
+        shown = ", ".join(f"{d}={DEFAULT_DIM_VALUE}" for d in named[:8])
+        more = f" and {len(named) - 8} more" if len(named) > 8 else ""
+        out.append(Warning_(None, f"unbound dims: numbers use {shown}{more}; bind them with --dim NAME=VALUE "
+                                  "(exact formulas are in totals.formulas)"))
+    if other:
+        shown = ", ".join(other[:5])
+        more = f" and {len(other) - 5} more" if len(other) > 5 else ""
+        out.append(Warning_(None, f"{len(other)} dim(s) no inference engine could express in the input dims "
+                                  f"({shown}{more}) are taken as {DEFAULT_DIM_VALUE}; the numbers that use them "
+                                  "are lower bounds of unknown slack (bind them with --dim if you know them)"))
+    return out
 
 
 class _InfoCache:
@@ -157,17 +226,18 @@ def _shape_out(shape: tuple[Dim, ...] | None) -> tuple[int | str, ...] | None:
 
 
 def _all_dims(graph: Graph, costs: CostResult) -> set[str]:
-    """Every dim name the numbers depend on (shapes of costed tensors and trip-count symbols)."""
+    """Every dim name the numbers depend on: costs, trip counts, and the shapes of every tensor."""
     names: set[str] = set()
     for c in costs.nodes:
         for v in (c.flops, c.macs, c.bytes_read, c.bytes_written, c.multiplier):
             if v is not None and not isinstance(v, int):
                 names |= free_names(v)
-    for name in graph.input_names:
-        t = graph.tensor(name)
-        if t is not None and t.shape is not None:
-            for d in t.shape:
-                names |= free_names(d)
+    for g in _walk(graph):
+        for t in g.tensors().values():
+            if t.shape is not None:
+                for d in t.shape:
+                    if not isinstance(d, int):
+                        names |= free_names(d)
     return names
 
 

@@ -43,6 +43,17 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--format", choices=("text", "json", "csv"), default="text")
     a.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
     a.add_argument("--top", type=int, default=10, metavar="N", help="nodes in the top-N table (text)")
+    a.add_argument("--fusion-policy", default="ideal", metavar="NAME",
+                   help="fusion policy for report.fusion: ideal (default) or none")
+    a.add_argument("--no-fusion", action="store_true", help="skip the fusion pass")
+    a.add_argument("--no-memory", action="store_true", help="skip the liveness pass")
+    a.add_argument("--alignment", type=int, default=64, metavar="B", help="arena alignment in bytes (default 64)")
+    a.add_argument("--training", action="store_true",
+                   help="add training memory: weights + gradients + optimizer state + kept activations")
+    a.add_argument("--optimizer-state-multiplier", type=float, default=2.0, metavar="K",
+                   help="optimizer state as K × weight bytes (default 2, Adam)")
+    a.add_argument("--no-gradients", action="store_true", help="training memory without gradient buffers")
+    a.add_argument("--no-batchnorm", action="store_true", help="skip the batchnorm folding analysis")
 
     for module in _command_modules():
         module.register(sub, _hardware_flags)
@@ -152,8 +163,20 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             and os.path.samefile(args.output, args.model):
         raise CliError(f"--output {args.output}: refusing to overwrite the input model")
     hw = _resolve_hardware(args)
+    if args.alignment <= 0:
+        raise CliError("--alignment must be a positive number of bytes")
+    if args.optimizer_state_multiplier < 0:
+        raise CliError("--optimizer-state-multiplier must be ≥ 0")
+    if args.fusion_policy not in ("ideal", "none"):
+        raise CliError(f"--fusion-policy {args.fusion_policy!r}: expected ideal or none")
+    from graphcost.passes.liveness import TrainingOptions
+
+    training = TrainingOptions(optimizer_state_multiplier=args.optimizer_state_multiplier,
+                               gradients=not args.no_gradients) if args.training else None
     try:
-        report = analyze(args.model, hardware=hw, dims=dims, input_shapes=shapes, capacity=not args.no_capacity)
+        report = analyze(args.model, hardware=hw, dims=dims, input_shapes=shapes, capacity=not args.no_capacity,
+                         fusion=not args.no_fusion, fusion_policy=args.fusion_policy, memory=not args.no_memory,
+                         training=training, alignment=args.alignment, batchnorm=not args.no_batchnorm)
     except LoadError as e:
         raise CliError(str(e)) from None
     except ValueError as e:

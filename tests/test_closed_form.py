@@ -274,3 +274,8 @@ def test_report_is_frozen_and_json_has_the_contract_keys() -> None:
             "outputs"} <= set(d["nodes"][0])
     assert d["hardware"]["ridge_point"]["float32"] == pytest.approx(40.0)
     assert isinstance(d["warnings"], list)
+    assert {"policy", "groups", "boundaries", "totals"} <= set(d["fusion"])
+    assert {"parameter_bytes", "peak_activation_bytes", "peak_node", "live_at_peak", "min_peak_bytes",
+            "conservative_peak_bytes"} <= set(d["memory"])
+    assert {"foldable", "refused", "bytes_saved"} <= set(d["batchnorm"])
+    assert all(n["fusion_group"] for n in d["nodes"])  # every node, body nodes included, has its group

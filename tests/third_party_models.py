@@ -1,20 +1,23 @@
 """Builders for the third-party export tests (``tests/test_third_party.py``).
 
-Small random-weight models from Hugging Face ``transformers`` (configs only, no hub access), exported with torch's
-legacy (``dynamo=False``) and dynamo (``dynamo=True``) exporters with dynamic dims; onnxruntime's own graph optimizer
-and its offline transformer optimizer; onnxruntime quantization (dynamic, static QDQ and QOperator); and small
-control-flow models. Every builder writes into a caller-given folder and returns the path.
+* Small random-weight Hugging Face ``transformers`` models (configs only: nothing is downloaded), exported with torch's
+  legacy (``dynamo=False``) and dynamo (``dynamo=True``) exporters with dynamic dims. Each carries its closed-form
+  MAC count (conv + matmul multiply-accumulates, bias excluded) as a function of its dims, which also accepts sympy
+  symbols.
+* onnxruntime's own graph optimizer (the saved optimized model) and its offline transformer optimizer.
+* onnxruntime quantization: dynamic, and static in the QDQ and QOperator formats with a random calibration reader.
+* Small torch models with control flow (``torch.cond`` via dynamo, a scripted loop via the legacy exporter).
 
-Each HF entry also carries a closed-form MAC count (conv + matmul multiply-accumulates, bias excluded) in the dims
-``batch`` and ``seq`` (and ``dec_seq`` for the encoder-decoder), so the tests can check graphcost's totals.
+Every builder writes into a caller-given path and returns it. Importing this module needs neither torch nor
+transformers; the builders import them.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +31,9 @@ D = 64  # hidden size of every HF model here
 HEADS = 4
 LAYERS = 2
 VOCAB = 1000
-IMAGE = 32  # ViT image side
-PATCH = 8  # ViT patch side: (32 / 8)^2 = 16 patches + CLS = 17 tokens
+OPSET = 18
+
+Dims = Mapping[str, Any]  # dim name -> int or sympy symbol
 
 # --------------------------------------------------------------------------------------------------------------
 # Hugging Face models
@@ -41,70 +45,31 @@ class HFCase:
     """One HF model: how to build it, its example inputs, its dynamic dims and its closed-form MACs."""
 
     name: str
-    build: Callable[[], Any]  # -> torch.nn.Module returning a tuple of tensors
-    inputs: Callable[[int, int], dict[str, Any]]  # (batch, seq) -> {input name: tensor}
+    build: Callable[[], Any]  # -> torch.nn.Module (eval mode, seeded random weights)
+    inputs: Callable[[int, int], dict[str, Any]]  # (batch, size) -> {input name: tensor}
     dims: dict[str, dict[int, str]]  # input name -> {axis: dim name}
-    outputs: tuple[str, ...] = ("last_hidden_state",)
-    out_dims: dict[str, dict[int, str]] = field(default_factory=dict)
-    macs: Callable[[int, int], int] | None = None  # (batch, seq) -> MACs; None: no closed form
-    bind: tuple[str, ...] = ("batch", "seq")  # dims to bind in analyze()
+    out_dims: dict[str, dict[int, str]]  # output name -> {axis: dim name} (the legacy exporter's dynamic_axes)
+    macs: Callable[[Dims], Any]  # {dim name: value} -> conv+matmul MACs, bias excluded
+    bind: dict[str, int]  # the dims to bind in analyze(), with their values
+    other: dict[str, int]  # a second binding, to check the formula at another point
+    size: int = 16  # sequence length (audio samples for wav2vec2) of the example inputs
 
 
-class _Hidden:  # namespace for the wrapper class, built lazily so importing this module needs no torch
-    cls: Any = None
-
-
-def _wrapper() -> Any:
-    if _Hidden.cls is None:
-        import torch
-
-        class LastHidden(torch.nn.Module):
-            """Calls the HF model with keyword inputs and returns ``last_hidden_state`` only."""
-
-            def __init__(self, model: torch.nn.Module, names: tuple[str, ...]) -> None:
-                super().__init__()
-                self.model = model
-                self.names = names
-                self.extra = {"use_cache": False} if _uses_cache(model) else {}
-
-            def forward(self, *args: torch.Tensor) -> torch.Tensor:
-                kwargs = dict(zip(self.names, args, strict=True))
-                return self.model(**kwargs, **self.extra, return_dict=True).last_hidden_state
-
-        _Hidden.cls = LastHidden
-    return _Hidden.cls
-
-
-def _ids(batch: int, seq: int, vocab: int = VOCAB, seed: int = 0) -> Any:
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (batch, seq), generator=g)
-
-
-def _mask(batch: int, seq: int) -> Any:
-    import torch
-
-    m = torch.ones(batch, seq, dtype=torch.int64)
-    m[0, -1] = 0  # a real padding position, so the mask is not a no-op
-    return m
-
-
-def _seeded(fn: Callable[[], Any]) -> Any:
+def _seeded(factory: Callable[[], Any]) -> Any:
     import torch
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = fn()
+        model = factory()
     return model.eval()
 
 
-def _attention_macs(layers: int, width: int, q_len: int, k_len: int) -> int:
+def _attention_macs(layers: int, width: int, q_len: Any, k_len: Any) -> Any:
     """q @ k^T and probs @ v over all heads: 2 * (heads * head_dim) * q_len * k_len per layer."""
     return layers * 2 * width * q_len * k_len
 
 
-# ---- GPT-2 --------------------------------------------------------------------------------------------------
+# ---- GPT-2 ----------------------------------------------------------------------------------------------------
 
 
 def gpt2() -> Any:
@@ -114,16 +79,18 @@ def gpt2() -> Any:
     return _seeded(lambda: GPT2Model(cfg))
 
 
-def gpt2_macs(b: int, s: int) -> int:
+def gpt2_macs(d: Dims) -> Any:
+    b, s = d["batch"], d["seq"]
     per_token = LAYERS * (3 * D * D + D * D + 2 * D * 4 * D)  # c_attn, attn c_proj, mlp c_fc + c_proj
     return b * (s * per_token + _attention_macs(LAYERS, D, s, s))
 
 
-# ---- BERT / RoBERTa / DistilBERT ----------------------------------------------------------------------------
+# ---- BERT / RoBERTa / DistilBERT (no pooler) ------------------------------------------------------------------
 
 
-def _bert_like_macs(b: int, s: int) -> int:
-    per_token = LAYERS * (4 * D * D + 2 * D * 4 * D)  # q, k, v, attn out; intermediate + output
+def bert_like_macs(d: Dims) -> Any:
+    b, s = d["batch"], d["seq"]
+    per_token = LAYERS * (4 * D * D + 2 * D * 4 * D)  # q, k, v, attention output; intermediate, output
     return b * (s * per_token + _attention_macs(LAYERS, D, s, s))
 
 
@@ -133,6 +100,11 @@ def bert(attn: str = "sdpa") -> Any:
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
                      intermediate_size=4 * D, max_position_embeddings=128, attn_implementation=attn)
     return _seeded(lambda: BertModel(cfg, add_pooling_layer=False))
+
+
+def bert_eager() -> Any:
+    """BERT with the eager attention: the pattern onnxruntime's transformer optimizer fuses into Attention."""
+    return bert("eager")
 
 
 def roberta() -> Any:
@@ -151,7 +123,7 @@ def distilbert() -> Any:
     return _seeded(lambda: DistilBertModel(cfg))
 
 
-# ---- LLaMA / Mistral ----------------------------------------------------------------------------------------
+# ---- LLaMA / Mistral: RMSNorm, rotary, SiLU-gated MLP, grouped-query attention --------------------------------
 
 LLAMA_KV_HEADS = 2
 LLAMA_FFN = 128
@@ -174,15 +146,18 @@ def mistral() -> Any:
     return _seeded(lambda: MistralModel(cfg))
 
 
-def llama_macs(b: int, s: int) -> int:
-    head_dim = D // HEADS
-    kv = LLAMA_KV_HEADS * head_dim
+def llama_macs(d: Dims) -> Any:
+    """GQA: k and v project to 2 heads x 16; attention still runs over all 4 query heads (k/v are repeated).
+
+    The rotary embedding (transformers 5.x) is an elementwise outer product, not a MatMul: no MACs.
+    """
+    b, s = d["batch"], d["seq"]
+    kv = LLAMA_KV_HEADS * (D // HEADS)
     per_token = LAYERS * (D * D + 2 * D * kv + D * D + 3 * D * LLAMA_FFN)  # q, k, v, o; gate, up, down
-    rotary = s * head_dim // 2  # inv_freq (hd/2, 1) @ position_ids (1, seq), once per model
-    return b * (s * per_token + _attention_macs(LAYERS, D, s, s) + rotary)
+    return b * (s * per_token + _attention_macs(LAYERS, D, s, s))
 
 
-# ---- T5 (encoder-decoder) -----------------------------------------------------------------------------------
+# ---- T5 (encoder-decoder, relative attention bias, RMS-style LayerNorm) ---------------------------------------
 
 T5_FFN = 128
 T5_KV = 16
@@ -196,16 +171,20 @@ def t5() -> Any:
     return _seeded(lambda: T5Model(cfg))
 
 
-def t5_macs(b: int, s: int, t: int) -> int:
+def t5_macs(d: Dims) -> Any:
+    b, s, t = d["batch"], d["seq"], d["dec_seq"]
     inner = HEADS * T5_KV
     enc = s * LAYERS * (4 * D * inner + 2 * D * T5_FFN) + _attention_macs(LAYERS, inner, s, s)
     dec_self = t * LAYERS * 4 * D * inner + _attention_macs(LAYERS, inner, t, t)
-    dec_cross = LAYERS * (2 * t * D * inner + 2 * s * D * inner) + _attention_macs(LAYERS, inner, t, s)
+    dec_cross = LAYERS * (2 * t * D * inner + 2 * s * D * inner) + _attention_macs(LAYERS, inner, t, s)  # q,o; k,v
     dec_ff = t * LAYERS * 2 * D * T5_FFN
     return b * (enc + dec_self + dec_cross + dec_ff)
 
 
-# ---- ViT ----------------------------------------------------------------------------------------------------
+# ---- ViT ------------------------------------------------------------------------------------------------------
+
+IMAGE = 32
+PATCH = 8  # (32 / 8)^2 = 16 patches + CLS = 17 tokens
 
 
 def vit() -> Any:
@@ -216,22 +195,22 @@ def vit() -> Any:
     return _seeded(lambda: ViTModel(cfg, add_pooling_layer=False))
 
 
-def vit_macs(b: int, _s: int = 0) -> int:
+def vit_macs(d: Dims) -> Any:
     patches = (IMAGE // PATCH) ** 2
     tokens = patches + 1
-    embed = patches * D * 3 * PATCH * PATCH
+    embed = patches * D * 3 * PATCH * PATCH  # the patch-embedding Conv
     per_token = LAYERS * (4 * D * D + 2 * D * 4 * D)
-    return b * (embed + tokens * per_token + _attention_macs(LAYERS, D, tokens, tokens))
+    return d["batch"] * (embed + tokens * per_token + _attention_macs(LAYERS, D, tokens, tokens))
 
 
-# ---- wav2vec2 (conv front end) ------------------------------------------------------------------------------
+# ---- wav2vec2: Conv1d feature extractor, weight-normed grouped positional conv --------------------------------
 
 W2V_CONV = (32, 32)
 W2V_KERNEL = (10, 3)
 W2V_STRIDE = (5, 2)
 W2V_POS_KERNEL = 16
 W2V_POS_GROUPS = 4
-AUDIO = 1600  # samples at export
+AUDIO = 1600  # samples in the example input
 
 
 def wav2vec2() -> Any:
@@ -244,119 +223,143 @@ def wav2vec2() -> Any:
     return _seeded(lambda: Wav2Vec2Model(cfg))
 
 
-def wav2vec2_frames(samples: int) -> list[int]:
-    lengths = [samples]
+def wav2vec2_macs(d: Dims) -> Any:
+    lengths = [d["samples"]]
     for k, st in zip(W2V_KERNEL, W2V_STRIDE, strict=True):
         lengths.append((lengths[-1] - k) // st + 1)
-    return lengths
-
-
-def wav2vec2_macs(b: int, samples: int) -> int:
-    lengths = wav2vec2_frames(samples)
     c_in = (1, *W2V_CONV[:-1])
     conv = sum(lo * c * k * co for lo, c, k, co in zip(lengths[1:], c_in, W2V_KERNEL, W2V_CONV, strict=True))
     frames = lengths[-1]
     projection = frames * W2V_CONV[-1] * D
-    # positional grouped conv: kernel 16 with padding 8 gives frames + 1 outputs, the last one dropped afterwards
+    # positional grouped conv, kernel 16, padding 8: frames + 1 outputs (the last is dropped afterwards)
     pos = (frames + 1) * D * (D // W2V_POS_GROUPS) * W2V_POS_KERNEL
     per_token = LAYERS * (4 * D * D + 2 * D * 4 * D)
-    return b * (conv + projection + pos + frames * per_token + _attention_macs(LAYERS, D, frames, frames))
+    return d["batch"] * (conv + projection + pos + frames * per_token + _attention_macs(LAYERS, D, frames, frames))
 
 
-# ---- the table ----------------------------------------------------------------------------------------------
+# ---- inputs and the table -------------------------------------------------------------------------------------
 
-_TEXT_DIMS = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
-_TEXT_OUT = {"last_hidden_state": {0: "batch", 1: "seq"}}
+
+def _ids(batch: int, seq: int, seed: int = 0) -> Any:
+    import torch
+
+    return torch.randint(0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed))
 
 
 def _text_inputs(batch: int, seq: int) -> dict[str, Any]:
-    return {"input_ids": _ids(batch, seq), "attention_mask": _mask(batch, seq)}
+    import torch
+
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    mask[0, -1] = 0  # one padded position, so the mask is not trivially all ones
+    return {"input_ids": _ids(batch, seq), "attention_mask": mask}
 
 
 def _t5_inputs(batch: int, seq: int) -> dict[str, Any]:
-    dec = max(2, seq // 2)
-    return {"input_ids": _ids(batch, seq), "attention_mask": _mask(batch, seq),
-            "decoder_input_ids": _ids(batch, dec, seed=1)}
+    return {**_text_inputs(batch, seq), "decoder_input_ids": _ids(batch, max(2, seq // 2), seed=1)}
 
 
-def _pixels(batch: int, _seq: int) -> dict[str, Any]:
+def _pixels(batch: int, _size: int) -> dict[str, Any]:
     import torch
 
-    g = torch.Generator().manual_seed(0)
-    return {"pixel_values": torch.randn(batch, 3, IMAGE, IMAGE, generator=g)}
+    return {"pixel_values": torch.randn(batch, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0))}
 
 
 def _audio(batch: int, samples: int) -> dict[str, Any]:
     import torch
 
-    g = torch.Generator().manual_seed(0)
-    return {"input_values": torch.randn(batch, samples, generator=g)}
+    return {"input_values": torch.randn(batch, samples, generator=torch.Generator().manual_seed(0))}
+
+
+_TEXT = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+_TEXT_OUT = {"last_hidden_state": {0: "batch", 1: "seq"}}
+_BS = {"batch": 2, "seq": 16}
+_BS2 = {"batch": 3, "seq": 37}
+
+
+def _text_case(name: str, build: Callable[[], Any], macs: Callable[[Dims], Any]) -> HFCase:
+    return HFCase(name, build, _text_inputs, _TEXT, _TEXT_OUT, macs, _BS, _BS2)
 
 
 HF_CASES: dict[str, HFCase] = {
-    "gpt2": HFCase("gpt2", gpt2, _text_inputs, _TEXT_DIMS, out_dims=_TEXT_OUT, macs=gpt2_macs),
-    "bert": HFCase("bert", bert, _text_inputs, _TEXT_DIMS, out_dims=_TEXT_OUT, macs=_bert_like_macs),
-    "roberta": HFCase("roberta", roberta, _text_inputs, _TEXT_DIMS, out_dims=_TEXT_OUT, macs=_bert_like_macs),
-    "distilbert": HFCase("distilbert", distilbert, _text_inputs, _TEXT_DIMS, out_dims=_TEXT_OUT,
-                         macs=_bert_like_macs),
-    "llama": HFCase("llama", llama, _text_inputs, _TEXT_DIMS, out_dims=_TEXT_OUT, macs=llama_macs),
-    "mistral": HFCase("mistral", mistral, _text_inputs, _TEXT_DIMS, out_dims=_TEXT_OUT, macs=llama_macs),
-    "t5": HFCase("t5", t5, _t5_inputs,
-                 {**_TEXT_DIMS, "decoder_input_ids": {0: "batch", 1: "dec_seq"}},
-                 out_dims={"last_hidden_state": {0: "batch", 1: "dec_seq"}},
-                 macs=None, bind=("batch", "seq", "dec_seq")),
-    "vit": HFCase("vit", vit, _pixels, {"pixel_values": {0: "batch"}}, out_dims={"last_hidden_state": {0: "batch"}},
-                  macs=vit_macs, bind=("batch",)),
+    "gpt2": _text_case("gpt2", gpt2, gpt2_macs),
+    "bert": _text_case("bert", bert, bert_like_macs),
+    "bert_eager": _text_case("bert_eager", bert_eager, bert_like_macs),
+    "roberta": _text_case("roberta", roberta, bert_like_macs),
+    "distilbert": _text_case("distilbert", distilbert, bert_like_macs),
+    "llama": _text_case("llama", llama, llama_macs),
+    "mistral": _text_case("mistral", mistral, llama_macs),
+    "t5": HFCase("t5", t5, _t5_inputs, {**_TEXT, "decoder_input_ids": {0: "batch", 1: "dec_seq"}},
+                 {"last_hidden_state": {0: "batch", 1: "dec_seq"}}, t5_macs,
+                 {"batch": 2, "seq": 16, "dec_seq": 8}, {"batch": 3, "seq": 37, "dec_seq": 11}),
+    "vit": HFCase("vit", vit, _pixels, {"pixel_values": {0: "batch"}}, {"last_hidden_state": {0: "batch"}},
+                  vit_macs, {"batch": 2}, {"batch": 5}),
     "wav2vec2": HFCase("wav2vec2", wav2vec2, _audio, {"input_values": {0: "batch", 1: "samples"}},
-                       out_dims={"last_hidden_state": {0: "batch", 1: "frames"}},
-                       macs=wav2vec2_macs, bind=("batch", "samples")),
+                       {"last_hidden_state": {0: "batch", 1: "frames"}}, wav2vec2_macs,
+                       {"batch": 2, "samples": AUDIO}, {"batch": 3, "samples": 2011}, size=AUDIO),
 }
 
 
-def example_size(case: HFCase) -> int:
-    return AUDIO if case.name == "wav2vec2" else 16
-
-
-def _uses_cache(model: Any) -> bool:
+def _output_only(model: Any, names: tuple[str, ...]) -> Any:
+    """Wrap ``model`` so it takes positional tensors (``names`` in order) and returns ``last_hidden_state``."""
     import inspect
 
-    return "use_cache" in inspect.signature(model.forward).parameters
-
-
-def export_hf(case: HFCase, path: Path, *, dynamo: bool, batch: int = 2, opset: int = 18) -> Path:
-    """Export ``case`` with dynamic dims to ``path`` with the legacy or the dynamo exporter."""
     import torch
 
-    model = case.build()
-    inputs = case.inputs(batch, example_size(case))
+    extra = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            kwargs = dict(zip(names, args, strict=True))
+            return self.model(**kwargs, **extra, return_dict=True).last_hidden_state
+
+    return LastHidden().eval()
+
+
+def export_hf(case: HFCase, path: Path, *, dynamo: bool, batch: int = 2, opset: int = OPSET) -> Path:
+    """Export ``case`` to ``path`` (one file, no external data) with dynamic dims named as in ``case.dims``."""
+    import torch
+
+    inputs = case.inputs(batch, case.size)
     names = tuple(inputs)
-    wrapper = _wrapper()(model, names)
+    wrapper = _output_only(case.build(), names)
     args = tuple(inputs.values())
     with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("ignore")  # legacy-exporter deprecation, TracerWarnings, HF notices
         if dynamo:
-            dims: dict[str, Any] = {}
-            shapes = []
-            for name in names:
-                axes = case.dims.get(name, {})
-                shapes.append({ax: dims.setdefault(dn, torch.export.Dim(dn, max=4096)) for ax, dn in axes.items()})
+            made: dict[str, Any] = {}
+            shapes = tuple({axis: made.setdefault(dim, torch.export.Dim(dim, max=4096))
+                            for axis, dim in case.dims[name].items()} for name in names)
             torch.onnx.export(wrapper, args, str(path), dynamo=True, opset_version=opset, input_names=list(names),
-                              output_names=list(case.outputs), dynamic_shapes={"args": tuple(shapes)},
-                              verbose=False, external_data=False)
+                              output_names=["last_hidden_state"], dynamic_shapes={"args": shapes}, verbose=False,
+                              external_data=False)
         else:
             torch.onnx.export(wrapper, args, str(path), dynamo=False, opset_version=opset, input_names=list(names),
-                              output_names=list(case.outputs), dynamic_axes={**case.dims, **case.out_dims})
+                              output_names=["last_hidden_state"], dynamic_axes={**case.dims, **case.out_dims})
     return path
 
 
-def run_ort(path: Path, case: HFCase, batch: int, size: int) -> list[np.ndarray]:
-    """Run the exported file in onnxruntime at (batch, size); returns the outputs."""
-    import onnxruntime as ort
+def export_torch(model: Any, args: tuple[Any, ...], path: Path, *, dynamo: bool, input_names: list[str],
+                 dims: dict[str, dict[int, str]], output_names: list[str], opset: int = OPSET) -> Path:
+    """Export a plain torch model with named dynamic dims (``dims``: input name -> {axis: dim name})."""
+    import torch
 
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feeds = {k: v.numpy() for k, v in case.inputs(batch, size).items()}
-    wanted = {i.name for i in sess.get_inputs()}
-    return sess.run(None, {k: v for k, v in feeds.items() if k in wanted})
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            made: dict[str, Any] = {}
+            shapes = tuple({axis: made.setdefault(dim, torch.export.Dim(dim, max=4096))
+                            for axis, dim in dims.get(name, {}).items()} for name in input_names)
+            torch.onnx.export(model, args, str(path), dynamo=True, opset_version=opset, input_names=input_names,
+                              output_names=output_names, dynamic_shapes=shapes, verbose=False, external_data=False)
+        else:
+            out_axes = {name: {0: "batch"} for name in output_names}
+            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset, input_names=input_names,
+                              output_names=output_names, dynamic_axes={**dims, **out_axes})
+    return path
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -365,7 +368,10 @@ def run_ort(path: Path, case: HFCase, batch: int, size: int) -> list[np.ndarray]
 
 
 def ort_optimize(src: Path, dst: Path, level: str) -> Path:
-    """Save onnxruntime's optimized graph at ``level`` ("basic", "extended", "layout" or "all")."""
+    """Save onnxruntime's optimized graph at ``level`` ("basic", "extended", "layout" or "all") to ``dst``.
+
+    Write ``dst`` next to ``src``: onnxruntime keeps external-data references relative to the original file.
+    """
     import onnxruntime as ort
 
     levels = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -376,21 +382,21 @@ def ort_optimize(src: Path, dst: Path, level: str) -> Path:
     so = ort.SessionOptions()
     so.graph_optimization_level = levels[level]
     so.optimized_model_filepath = str(dst)
-    so.log_severity_level = 3
+    so.log_severity_level = 3  # the "hardware specific" NCHWc notice at ALL
+    so.intra_op_num_threads = 1
     ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
     return dst
 
 
 def transformers_optimize(src: Path, dst: Path, *, model_type: str = "bert", num_heads: int = HEADS,
                           hidden_size: int = D) -> Path:
-    """``onnxruntime.transformers.optimizer.optimize_model`` (offline fusions: Attention, EmbedLayerNormalization)."""
+    """``onnxruntime.transformers.optimizer.optimize_model``: offline fusions (Attention, EmbedLayerNormalization)."""
     import logging
 
     from onnxruntime.transformers.optimizer import optimize_model
 
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
-    opt = optimize_model(str(src), model_type=model_type, num_heads=num_heads, hidden_size=hidden_size,
-                         opt_level=0)
+    opt = optimize_model(str(src), model_type=model_type, num_heads=num_heads, hidden_size=hidden_size, opt_level=0)
     opt.save_model_to_file(str(dst))
     return dst
 
@@ -401,7 +407,7 @@ def transformers_optimize(src: Path, dst: Path, *, model_type: str = "bert", num
 
 
 class RandomReader:
-    """A calibration data reader for ``quantize_static`` feeding a few random batches."""
+    """A calibration data reader for ``quantize_static`` that feeds a few fixed random batches."""
 
     def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
         self._feeds = feeds
@@ -414,9 +420,9 @@ class RandomReader:
         self._it = iter(self._feeds)
 
 
-def random_feeds(path: Path, n: int = 4, dims: dict[str, int] | None = None, vocab: int = 128,
+def random_feeds(path: Path, n: int = 4, dims: Mapping[str, int] | None = None, vocab: int = 128,
                  seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """``n`` random feeds for every graph input of ``path`` (named dims from ``dims``, default 1)."""
+    """``n`` random feeds for the graph inputs of ``path``; named dims from ``dims`` (default 1)."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
@@ -440,20 +446,27 @@ def random_feeds(path: Path, n: int = 4, dims: dict[str, int] | None = None, voc
     return feeds
 
 
-def quantize(src: Path, dst: Path, mode: str, *, dims: dict[str, int] | None = None, vocab: int = 128) -> Path:
-    """Quantize ``src``: ``mode`` is "dynamic", "qdq" or "qoperator" (the latter two static, random calibration)."""
+def quantize(src: Path, dst: Path, mode: str, *, dims: Mapping[str, int] | None = None, vocab: int = 128) -> Path:
+    """Quantize ``src`` to ``dst``. ``mode``: "dynamic" (weights int8, activations at run time), "qdq" or
+    "qoperator" (static, uint8 activations / int8 weights, calibrated on 4 random batches).
+
+    ``quant_pre_process`` runs without ORT's symbolic shape inference: that fails on the legacy tiny_transformer
+    export and, when it fails, writes ``sym_shape_infer_temp.onnx`` into the current directory.
+    """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     pre = dst.with_name(dst.stem + "_pre.onnx")
-    quant_pre_process(str(src), str(pre), skip_symbolic_shape=False)
-    if mode == "dynamic":
-        quantize_dynamic(str(pre), str(dst), weight_type=QuantType.QInt8)
-    else:
-        fmt = QuantFormat.QDQ if mode == "qdq" else QuantFormat.QOperator
-        reader = RandomReader(random_feeds(pre, n=4, dims=dims, vocab=vocab))
-        quantize_static(str(pre), str(dst), reader, quant_format=fmt, activation_type=QuantType.QUInt8,
-                        weight_type=QuantType.QInt8, per_channel=False)
+    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # RuntimeWarnings computing zero points of all-constant tensors
+        if mode == "dynamic":
+            quantize_dynamic(str(pre), str(dst), weight_type=QuantType.QInt8)
+        else:
+            fmt = {"qdq": QuantFormat.QDQ, "qoperator": QuantFormat.QOperator}[mode]
+            reader = RandomReader(random_feeds(pre, n=4, dims=dims, vocab=vocab))
+            quantize_static(str(pre), str(dst), reader, quant_format=fmt, activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8, per_channel=False)
     return dst
 
 
@@ -461,38 +474,37 @@ def quantize(src: Path, dst: Path, mode: str, *, dims: dict[str, int] | None = N
 # Control flow
 # --------------------------------------------------------------------------------------------------------------
 
+CF_WIDTH = 16
+
 
 def export_cond(path: Path) -> Path:
-    """``torch.cond`` exported with dynamo: an ``If`` whose branches hold a MatMul each."""
+    """``torch.cond`` exported with dynamo: an ``If`` whose branches each hold one Linear (a Gemm, 16x16)."""
     import torch
 
     class Cond(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.a = torch.nn.Linear(16, 16)
-            self.b = torch.nn.Linear(16, 16)
+            self.a = torch.nn.Linear(CF_WIDTH, CF_WIDTH)
+            self.b = torch.nn.Linear(CF_WIDTH, CF_WIDTH)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return torch.cond(x.sum() > 0, lambda t: self.a(t).relu(), lambda t: self.b(t).sigmoid(), (x,))
 
-    model = _seeded(Cond)
-    x = torch.randn(2, 16)
-    batch = torch.export.Dim("batch", max=1024)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), str(path), dynamo=True, input_names=["x"], output_names=["y"],
-                          dynamic_shapes=({0: batch},), verbose=False)
-    return path
+    return export_torch(_seeded(Cond), (torch.randn(2, CF_WIDTH),), path, dynamo=True, input_names=["x"],
+                        dims={"x": {0: "batch"}}, output_names=["y"])
 
 
 def export_scripted_loop(path: Path) -> Path:
-    """A scripted loop (and an if) exported with the legacy exporter: ``Loop`` with a MatMul in its body."""
+    """A scripted ``for`` loop (trip count from an input) and an ``if``, legacy export: Loop and If.
+
+    The Loop body holds one MatMul (batch x 16 x 16 per trip).
+    """
     import torch
 
     class Body(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.w = torch.nn.Parameter(torch.randn(16, 16) * 0.1)
+            self.w = torch.nn.Parameter(torch.randn(CF_WIDTH, CF_WIDTH) * 0.1)
 
         def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
             for _ in range(n):
@@ -503,19 +515,8 @@ def export_scripted_loop(path: Path) -> Path:
                 x = x - 1.0
             return x
 
-    class Outer(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.body = torch.jit.script(_seeded(Body))
-
-        def forward(self, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-            return self.body(x, int(n))
-
-    scripted = torch.jit.script(_seeded(Body))
-    x = torch.randn(2, 16)
-    n = torch.tensor(3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(scripted, (x, n), str(path), dynamo=False, input_names=["x", "n"], output_names=["y"],
-                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
-    return path
+        scripted = torch.jit.script(_seeded(Body))
+    return export_torch(scripted, (torch.randn(2, CF_WIDTH), torch.tensor(3)), path, dynamo=False,
+                        input_names=["x", "n"], dims={"x": {0: "batch"}}, output_names=["y"])

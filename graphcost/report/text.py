@@ -75,6 +75,7 @@ def render_text(report: Report, *, top: int = 10, width: int = 120) -> str:
         ops.add_row(name, str(r.count), "unknown" if r.flops is None else si(r.flops), bytes_(r.bytes),
                     seconds(r.roofline_time_s), f"{r.share_time:.1%}")
     con.print(ops)
+    _passes(con, report)
     if report.warnings:
         con.print()
         con.print(f"Warnings ({len(report.warnings)}):")
@@ -83,6 +84,42 @@ def render_text(report: Report, *, top: int = 10, width: int = 120) -> str:
         if len(report.warnings) > MAX_WARNINGS:
             con.print(f"  … {len(report.warnings) - MAX_WARNINGS} more (use --format json for all)")
     return buf.getvalue()
+
+
+def _passes(con: Console, report: Report) -> None:
+    """One block per later pass: fusion, memory, batchnorm folding."""
+    f, m, b = report.fusion, report.memory, report.batchnorm
+    if f is not None:
+        t = f.totals
+        con.print()
+        con.print(f"Fusion ({f.policy} policy): {t.groups} groups, {len(f.boundaries)} boundaries")
+        con.print(f"  bytes {bytes_(t.bytes_unfused)} unfused → {bytes_(t.bytes_fused)} fused "
+                  f"(saves {bytes_(t.bytes_saved)}); bound {seconds(t.time_unfused_s)} → {seconds(t.time_fused_s)}")
+    if m is not None:
+        con.print()
+        con.print(f"Memory: weights {bytes_(m.parameter_bytes)}; activation peak {bytes_(m.peak_activation_bytes)}"
+                  f" at {m.peak_node or '-'}")
+        con.print(f"  bounds: largest single step {bytes_(m.min_peak_bytes)} ≤ peak ≤ no reuse "
+                  f"{bytes_(m.conservative_peak_bytes)}")
+        if m.arena is not None:
+            con.print(f"  arena ({m.arena.alignment} B aligned): {bytes_(m.arena.bytes)}")
+        if m.reorder is not None and m.reorder.peak_activation_bytes < m.peak_activation_bytes:
+            con.print(f"  a memory-aware order ({m.reorder.method}) lowers the peak to "
+                      f"{bytes_(m.reorder.peak_activation_bytes)}")
+        if m.top_tensors:
+            top = ", ".join(f"{x.name} {bytes_(x.bytes)}" for x in m.top_tensors[:5])
+            con.print(f"  largest at the peak: {top}")
+        if m.training is not None:
+            tr = m.training
+            con.print(f"  training: {bytes_(tr.total)} = weights {bytes_(tr.parameters)} + gradients "
+                      f"{bytes_(tr.gradients)} + optimizer state {bytes_(tr.optimizer_state)} + activations "
+                      f"{bytes_(tr.activations_peak)}")
+    if b is not None and (b.foldable or b.refused):
+        con.print()
+        con.print(f"BatchNorm folding: {len(b.foldable)} foldable, {len(b.refused)} refused — saves "
+                  f"{bytes_(b.bytes_saved)}, {si(b.flops_saved, 'FLOP')}, {seconds(b.time_saved_s)}")
+        for r in b.refused[:10]:
+            con.print(f"  refused {r.batchnorm}: {r.reason}")
 
 
 def _short(name: str, limit: int = 48) -> str:

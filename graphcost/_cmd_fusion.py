@@ -1,0 +1,231 @@
+"""``graphcost fusion MODEL [--against ort[:basic|extended|all]]``: ideal fusion groups, and ORT's.
+
+Without ``--against`` it prints the groups of the policy (default ``ideal``) with their bytes and times and
+the boundaries by reason. With ``--against ort`` it also runs onnxruntime's graph optimizer on the file and
+prints, group by group, ORT's kernels, bytes ideal vs ORT, and the bytes and µs ORT leaves on the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+NAME = "fusion"
+
+
+def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = subparsers.add_parser(
+        NAME, help="ideal fusion groups, and how onnxruntime's fusions compare",
+        description="Group nodes into the kernels an ideal fusing compiler would run; with --against ort, "
+                    "compare with the kernels onnxruntime's graph optimizer produces.")
+    p.add_argument("model", help="path to an .onnx file")
+    p.add_argument("--against", metavar="ort[:LEVEL]",
+                   help="compare with onnxruntime's optimizer at LEVEL basic, extended or all (default: all, "
+                        "ORT's own default)")
+    p.add_argument("--policy", default="ideal", metavar="NAME", help="fusion policy: ideal (default) or none")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic dim (repeatable), e.g. --dim batch=8 --dim seq=512")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    hardware_flags(p)
+
+
+def parse_against(value: str | None) -> str | None:
+    """``ort`` → ORT's default level; ``ort:extended`` → that level; None → no comparison."""
+    from graphcost.cli import CliError
+    from graphcost.fusion_ort import DEFAULT_LEVEL, LEVELS
+
+    if value is None:
+        return None
+    engine, _, level = value.partition(":")
+    if engine.strip().lower() not in ("ort", "onnxruntime"):
+        raise CliError(f"--against {value!r}: only 'ort' (onnxruntime) is supported, e.g. --against ort:extended")
+    level = level.strip().lower() or DEFAULT_LEVEL
+    if level not in LEVELS:
+        raise CliError(f"--against {value!r}: level must be one of {', '.join(LEVELS)}")
+    return level
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphcost.cli import CliError, parse_dims, resolve_hardware
+    from graphcost.fusion_ort import OrtError, compare, map_back, optimize
+    from graphcost.load import LoadError, load
+    from graphcost.passes.costs import count_costs
+    from graphcost.passes.fusion import fuse, fusion_section
+    from graphcost.passes.shapes import infer_shapes
+
+    dims = parse_dims(args.dim)
+    level = parse_against(args.against)
+    hw = resolve_hardware(args)
+    try:
+        model = load(args.model)
+        graph = infer_shapes(model, dims=dims).graph
+    except LoadError as e:
+        raise CliError(str(e)) from None
+    except ValueError as e:
+        raise CliError(f"{args.model}: {str(e).splitlines()[0]}") from None
+    costs = count_costs(graph)
+    binding, defaulted = _binding(graph, costs, dims)
+    try:
+        result = fuse(graph, costs, args.policy)
+    except ValueError as e:
+        raise CliError(f"--policy {args.policy}: {e}") from None
+    section = fusion_section(result, hw, binding)
+    comparison = None
+    if level is not None:
+        try:
+            comparison = compare(result, map_back(graph, optimize(args.model, level), level), hw, binding)
+        except OrtError as e:
+            raise CliError(str(e)) from None
+    if args.format == "json":
+        doc: dict[str, Any] = {"schema": "graphcost.fusion/1", "model": args.model, "hardware": hw.name,
+                               "binding": binding, "defaulted_dims": defaulted, "fusion": section.to_dict()}
+        if comparison is not None:
+            doc["against"] = comparison.to_dict()
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_text(args.model, hw, section, comparison, defaulted))
+    return 0
+
+
+def _binding(graph: Any, costs: Any, dims: Mapping[str, int]) -> tuple[dict[str, int], list[str]]:
+    """Every dim the numbers depend on, bound: the user's values, else 1 (named in the output)."""
+    from graphcost._dims import free_names
+    from graphcost.cli import CliError
+
+    names: set[str] = set()
+    for c in costs.nodes:
+        for v in (c.flops, c.bytes_read, c.bytes_written, c.multiplier):
+            if v is not None and not isinstance(v, int):
+                names |= free_names(v)
+    for n in graph.input_names:
+        t = graph.tensor(n)
+        for d in (t.shape or ()) if t is not None else ():
+            names |= free_names(d)
+    extra = sorted(set(dims) - names)
+    if extra:
+        raise CliError(f"--dim {extra[0]}: the model has no dim of that name "
+                       f"(its dims: {', '.join(sorted(names)) or 'none, all shapes are static'})")
+    defaulted = sorted(names - set(dims))
+    return {**{d: 1 for d in defaulted}, **dims}, defaulted
+
+
+# --------------------------------------------------------------------------- text
+def _short(name: str, limit: int = 26) -> str:
+    """As many trailing path segments of a node name as fit (``h.0/mlp/c_fc/Gemm``)."""
+    parts = name.lstrip("/").split("/")
+    out = parts[-1]
+    for p in reversed(parts[:-1]):
+        if len(p) + 1 + len(out) > limit:
+            break
+        out = f"{p}/{out}"
+    return out if len(out) <= limit else "…" + out[-(limit - 1):]
+
+
+def _label(nodes: tuple[str, ...], infos: Mapping[str, Any]) -> str:
+    shown = [n for n in nodes if infos[n].kernel] or list(nodes)
+    return _short(shown[0]) + (f" +{len(shown) - 1}" if len(shown) > 1 else "")
+
+
+def _cell(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: list[str]) -> str:
+    from graphcost.fusion_ort import STATUS_TEXT
+    from graphcost.passes.fusion import CODE_TEXT
+    from graphcost.report.units import bytes_, seconds
+
+    infos = section.result.infos
+    t = section.totals
+    lines = [f"graphcost fusion — {model}",
+             f"  policy {section.policy} · {t.groups} groups from {len(infos)} nodes · "
+             f"{len(section.boundaries)} boundaries",
+             f"  hardware {hw.name}: DRAM {hw.memory_bandwidth / 1e9:.2f} GB/s; a kernel's time is "
+             "max(FLOPs / peak, bytes / DRAM bandwidth)"]
+    if defaulted:
+        lines.append(f"  unbound dims set to 1: {', '.join(defaulted)} (bind them with --dim NAME=VALUE)")
+    lines.append("")
+    if comparison is None:
+        lines.append(f"{'group':<6} {'nodes':<34} {'unfused':>11} {'fused':>11} {'saved':>11} "
+                     f"{'time unfused':>13} {'time fused':>11}")
+        for g in section.groups:
+            if not any(infos[n].kernel for n in g.nodes):
+                continue
+            lines.append(f"{g.id:<6} {_cell(_label(g.nodes, infos), 34):<34} {bytes_(g.bytes_unfused):>11} "
+                         f"{bytes_(g.bytes_fused):>11} {bytes_(g.bytes_saved):>11} {seconds(g.time_unfused_s):>13} "
+                         f"{seconds(g.time_fused_s):>11}")
+        lines += ["", "Boundaries by reason"]
+        counts = Counter(b.code for b in section.boundaries)
+        for code, n in counts.most_common():
+            example = next(b for b in section.boundaries if b.code == code)
+            lines.append(f"  {CODE_TEXT.get(code, code):<34} {n:>5}   e.g. {_short(example.producer)} → "
+                         f"{_short(example.consumer)}: {_cell(example.reason, 160)}")
+        lines += ["", "Totals",
+                  f"  bytes   unfused {bytes_(t.bytes_unfused)} · fused {bytes_(t.bytes_fused)} · "
+                  f"saved {bytes_(t.bytes_saved)}",
+                  f"  time    unfused {seconds(t.time_unfused_s)} · fused {seconds(t.time_fused_s)} · "
+                  f"saved {seconds(t.time_saved_s)}"]
+        if t.unknown_groups:
+            lines.append(f"  {t.unknown_groups} group(s) have unknown counts and are left out of the byte totals")
+        return "\n".join(lines) + "\n"
+
+    c = comparison
+    ct = c.totals
+    lines[0] += f" against onnxruntime {c.version} (level {c.level}, CPU EP)"
+    if c.level == "all":
+        lines.insert(1, "  (level all includes NCHWc layouts chosen for this machine's CPU)")
+    lines.append(f"{'group':<6} {'ideal group':<30} {'ORT kernels':<34} {'ideal':>10} {'ORT':>10} {'left':>10} "
+                 f"{'µs left':>8}  status")
+    hidden = 0
+    for g in c.groups:
+        if g.status == "no kernel":
+            hidden += 1
+            continue
+        kernels = ", ".join(dict.fromkeys(k.label for k in _kernels(g.kernels))) or "—"
+        us = "?" if g.time_left_s is None else f"{g.time_left_s * 1e6:.1f}".replace("-0.0", "0.0")
+        lines.append(f"{g.id:<6} {_cell(_label(g.nodes, infos), 30):<30} {_cell(kernels, 34):<34} "
+                     f"{bytes_(g.bytes_ideal):>10} {bytes_(g.bytes_ort):>10} {_signed(g.bytes_left):>10} {us:>8}  "
+                     f"{STATUS_TEXT[g.status]}")
+    if hidden:
+        lines.append(f"({hidden} groups of views and constants only, no kernel, are not shown)")
+    worse = sorted((g for g in c.groups if g.status in ("less", "less+more") and g.bytes_left),
+                   key=lambda g: -(g.bytes_left or 0))
+    if worse:
+        lines += ["", "Where ORT fused less than ideal (largest first)"]
+        for g in worse[:10]:
+            kernels = ", ".join(k.label for k in _kernels(g.kernels))
+            lines.append(f"  {g.id} {_label(g.nodes, infos)}: ORT runs {_cell(kernels, 110)} — "
+                         f"{bytes_(g.bytes_left)}, {seconds(g.time_left_s)} left on the table")
+        if len(worse) > 10:
+            lines.append(f"  … and {len(worse) - 10} more groups")
+    folded = [g for g in c.groups if g.status == "folded"]
+    lines += ["", "Totals",
+              f"  bytes   unfused {bytes_(ct.bytes_unfused)} · ideal {bytes_(ct.bytes_ideal)} · "
+              f"ORT {bytes_(ct.bytes_ort)} · left {_signed(ct.bytes_left)} (= Σ of the per-group left)",
+              f"  time    left {seconds(abs(ct.time_left_s))}{' (ORT below ideal)' if ct.time_left_s < 0 else ''} "
+              f"at {hw.memory_bandwidth / 1e9:.2f} GB/s",
+              f"  groups  {ct.groups_less} where ORT fused less, {ct.groups_more} where it fused across an ideal "
+              f"boundary, {len(folded)} it folded away; {c.ort_kernels} ORT kernels"]
+    if c.overlaps:
+        lines.append(f"  note: {len(c.overlaps)} source node(s) mapped to two ORT kernels (kept in the first)")
+    return "\n".join(lines) + "\n"
+
+
+def _kernels(kernels: Any) -> list[Any]:
+    """ORT's kernels without its views (Reshape, Flatten...), unless there is nothing else."""
+    from graphcost.ops import Kind, lookup
+
+    real = [k for k in kernels if (e := lookup(k.domain or "ai.onnx", k.op_type)) is None or e.kind != Kind.VIEW]
+    return real or list(kernels)
+
+
+def _signed(value: int | float | None) -> str:
+    from graphcost.report.units import bytes_
+
+    if value is None:
+        return "?"
+    return ("−" if value < 0 else "") + bytes_(abs(value))

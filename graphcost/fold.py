@@ -1,0 +1,498 @@
+"""Fold BatchNormalization into its neighbours, verify in onnxruntime, and only then write the result.
+
+``passes.batchnorm.find_foldable`` decides what folds (on the structure-only graph, so the decision costs no weight
+reads); this module loads the full model (external data too), applies the per-channel math of that module's
+docstring in float64 (fp16/bf16 weights are cast back to their dtype), removes the BNs and the constants only they
+used, and runs the original and the folded model in onnxruntime on the same random inputs with every graph
+optimization off (ORT's own BN folding would otherwise make the reference the folded model). When any output differs
+beyond ``|folded − original| ≤ atol + rtol·|original|`` it raises :class:`FoldMismatch` and writes nothing.
+
+The input file is only read. The output goes to a temporary directory beside ``out_path`` and is renamed into place
+after verification; a model that had external data gets one ``<out name>.data`` file next to the output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.inliner
+from onnx import numpy_helper
+
+from graphcost._dims import parse_dim
+from graphcost.graph import Graph
+from graphcost.load import load
+from graphcost.passes.batchnorm import (
+    DEFAULT_EPSILON,
+    PRECEDING,
+    BatchNormResult,
+    Foldable,
+    Refusal,
+    bind,
+    find_foldable,
+    scale_shift,
+)
+from graphcost.passes.shapes import infer_shapes
+
+DEFAULT_DIM_VALUE = 1  # graph-input dims nobody bound, for the verification inputs
+INT_INPUT_RANGE = (0, 4)  # integer inputs are drawn from [0, 4): small enough to be valid indices
+
+
+class FoldError(Exception):
+    """Bad input for folding (same path in and out, unknown dim, an input that cannot be fed); one line."""
+
+
+class FoldMismatch(Exception):
+    """The folded model's outputs differ from the original's beyond the tolerance; nothing was written."""
+
+    def __init__(self, message: str, max_abs_diff: float) -> None:
+        super().__init__(message)
+        self.max_abs_diff = max_abs_diff
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    analysis: BatchNormResult
+    out_path: str
+    binding: Mapping[str, int]
+    """Dims used for the numbers and for the verification inputs (unbound ones are 1)."""
+    bytes_saved: int | float | None
+    flops_saved: int | float | None
+    max_abs_diff: float
+    max_rel_diff: float
+    """Largest |folded − original| / max|original| over the outputs."""
+
+    @property
+    def folded(self) -> tuple[Foldable, ...]:
+        return self.analysis.foldable
+
+    @property
+    def refused(self) -> tuple[Refusal, ...]:
+        return self.analysis.refused
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batchnorm": self.analysis.to_dict(), "out_path": self.out_path, "binding": dict(self.binding),
+                "bytes_saved": self.bytes_saved, "flops_saved": self.flops_saved,
+                "max_abs_diff": self.max_abs_diff, "max_rel_diff": self.max_rel_diff}
+
+
+def fold_model(path: str | os.PathLike[str], out_path: str | os.PathLike[str], *, dims: Mapping[str, int] | None = None,
+               rtol: float = 1e-4, atol: float = 1e-5, seed: int = 0) -> FoldResult:
+    """Fold every foldable BN of the model at ``path``, verify, and write it to ``out_path``.
+
+    Raises ``graphcost.LoadError`` for an unreadable model, :class:`FoldError` for other bad input and
+    :class:`FoldMismatch` when verification fails (nothing is written then).
+    """
+    src, dst = os.fspath(path), os.fspath(out_path)
+    model = load(src)
+    if _same_file(src, dst):
+        raise FoldError(f"-o {dst}: refusing to overwrite the input model")
+    if os.path.isdir(dst):
+        raise FoldError(f"-o {dst}: is a directory, not a file name")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(dst))):
+        raise FoldError(f"-o {dst}: directory {os.path.dirname(os.path.abspath(dst))} does not exist")
+    dims = dict(dims or {})
+    shapes = infer_shapes(model, dims=dims)
+    unknown = sorted(set(dims) - set(shapes.input_dims))
+    if unknown:
+        raise FoldError(f"--dim {unknown[0]}: the model has no input dim of that name "
+                        f"(its dims: {', '.join(shapes.input_dims) or 'none, all shapes are static'})")
+    binding = {**dict.fromkeys(shapes.input_dims, DEFAULT_DIM_VALUE), **dims}
+    analysis = find_foldable(shapes.graph)
+
+    full = onnx.load(src, load_external_data=True)
+    if full.functions:
+        full = onnx.inliner.inline_local_functions(full)  # as graphcost.load does, so node indices agree
+    inputs_files = _external_files(model.proto, src)
+    out_dir = os.path.dirname(os.path.abspath(dst))
+    data_name = os.path.basename(dst) + ".data"
+    if any(_same_file(f, os.path.join(out_dir, data_name)) for f in (src, *inputs_files)):
+        raise FoldError(f"-o {dst}: its data file {data_name} would overwrite the input model's data")
+    apply_folds(full, shapes.graph, analysis.foldable)
+
+    try:
+        tmp = tempfile.mkdtemp(prefix=".graphcost-fold-", dir=out_dir)
+    except OSError as e:
+        raise FoldError(f"-o {dst}: cannot write there ({e.strerror or e})") from None
+    try:
+        tmp_model = os.path.join(tmp, os.path.basename(dst))
+        if inputs_files or full.ByteSize() > (1 << 31) - (1 << 26):
+            onnx.save_model(full, tmp_model, save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=data_name, size_threshold=1024)
+        else:
+            onnx.save_model(full, tmp_model)
+        max_abs, max_rel = verify(src, tmp_model, full.graph, binding, rtol=rtol, atol=atol, seed=seed)
+        if os.path.exists(os.path.join(tmp, data_name)):
+            os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
+        os.replace(tmp_model, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    b, f = analysis.bytes_saved, analysis.flops_saved
+    return FoldResult(analysis, dst, binding, None if b is None else bind(b, binding),
+                      None if f is None else bind(f, binding), max_abs, max_rel)
+
+
+# ------------------------------------------------------------------------------------------------ the rewrite
+def apply_folds(model: onnx.ModelProto, graph: Graph, folds: tuple[Foldable, ...]) -> None:
+    """Rewrite ``model`` in place: each fold's math, rewiring, then removal of the BNs and their dead constants.
+
+    ``graph`` is the analysed graph of the same model; its node indices address ``model.graph.node``.
+    """
+    g = model.graph
+    values = _Values(g)
+    removed: list[int] = []
+    params: set[str] = set()
+    for fold in folds:
+        bn_node, target_node = graph.node(fold.batchnorm), graph.node(fold.into)
+        bn, target = g.node[bn_node.index], g.node[target_node.index]
+        if list(bn.output) != list(bn_node.outputs) or bn.op_type != "BatchNormalization" \
+                or target.op_type not in (target_node.op_type, "Gemm"):
+            raise RuntimeError(f"fold {fold.batchnorm}: the loaded model's nodes do not match the analysed graph")
+        eps = next((a.f for a in bn.attribute if a.name == "epsilon"), DEFAULT_EPSILON)
+        gamma, beta, mean, var = (values.get(n) for n in bn.input[1:5])
+        s, t = scale_shift(gamma, beta, mean, var, eps)
+        if fold.direction == PRECEDING:
+            _fold_preceding(values, target, s, t)
+            _drop_value_info(g, target.output[0])
+            target.output[0] = bn.output[0]
+        else:
+            _fold_following(values, target, s, t)
+            _drop_value_info(g, bn.output[0])
+            target.input[0] = bn.input[0]
+        removed.append(bn_node.index)
+        params.update(bn.input[1:5])
+    for index in sorted(removed, reverse=True):
+        del g.node[index]
+    values.drop_unused(params | values.orphans)
+
+
+def _fold_preceding(values: _Values, node: onnx.NodeProto, s: np.ndarray, t: np.ndarray) -> None:
+    """Scale the output-channel slices of W by s; bias b ↦ s·b + t (see passes.batchnorm)."""
+    w = values.get(node.input[1]).astype(np.float64)
+    op = node.op_type
+    if op == "Conv":
+        w2 = w * s.reshape(-1, *[1] * (w.ndim - 1))  # W [M, C/g, k...]: output channel on axis 0
+    elif op == "ConvTranspose":
+        g = _attr(node, "group", 1)
+        per = w.shape[1]  # W [C, M/g, k...]: output channel gi·(M/g) + j lives in group gi's rows, column j
+        grouped = w.reshape(g, w.shape[0] // g, per, *w.shape[2:])
+        w2 = (grouped * s.reshape(g, 1, per, *[1] * (w.ndim - 2))).reshape(w.shape)
+    elif op == "Gemm":
+        w2 = w * s[:, None] if _attr(node, "transB", 0) else w * s[None, :]  # B [N, K] rows or B [K, N] columns
+        _gemm_bias(values, node, lambda c: c * s, t)
+        values.write(node.input[1], w2)
+        return
+    else:  # MatMul, W [K, N]: columns; a bias needs Gemm
+        values.write(node.input[1], w * s[None, :])
+        if np.any(t):
+            _to_gemm(values, node, t)
+        return
+    values.write(node.input[1], w2)
+    _conv_bias(values, node, lambda b: b * s + t, t)
+
+
+def _fold_following(values: _Values, node: onnx.NodeProto, s: np.ndarray, t: np.ndarray) -> None:
+    """Scale the input-channel slices of W by s; bias gains the op applied to the constant shift t."""
+    w = values.get(node.input[1]).astype(np.float64)
+    op = node.op_type
+    if op == "Conv":
+        g = _attr(node, "group", 1)
+        m, cg = w.shape[0], w.shape[1]  # W [M, C/g, k...]
+        grouped = w.reshape(g, m // g, cg, -1)
+        extra = np.einsum("gmck,gc->gm", grouped, t.reshape(g, cg)).reshape(m)  # Σ_{c',k} W[m,c',k]·t_c
+        values.write(node.input[1], (grouped * s.reshape(g, 1, cg, 1)).reshape(w.shape))
+        _conv_bias(values, node, lambda b: b + extra, extra)
+    elif op == "ConvTranspose":  # legal only with t = 0: no bias change
+        values.write(node.input[1], w * s.reshape(-1, *[1] * (w.ndim - 1)))
+    elif op == "Gemm":
+        trans_b = _attr(node, "transB", 0)
+        b_op = w.T if trans_b else w  # B' [K, N]
+        alpha = _attr(node, "alpha", 1.0)
+        extra = alpha * (t @ b_op)
+        values.write(node.input[1], w * s[None, :] if trans_b else w * s[:, None])
+        _gemm_bias(values, node, lambda c: c, extra)
+    else:  # MatMul W [K, N]
+        values.write(node.input[1], w * s[:, None])
+        if np.any(t):
+            _to_gemm(values, node, t @ w)
+
+
+def _conv_bias(values: _Values, node: onnx.NodeProto, update: Any, fresh: np.ndarray) -> None:
+    """Conv/ConvTranspose bias: update the existing one, or add ``fresh`` when the shift is non-zero."""
+    if len(node.input) > 2 and node.input[2]:
+        values.write(node.input[2], update(values.get(node.input[2]).astype(np.float64)))
+    elif np.any(fresh):
+        name = values.add(f"{node.name or node.output[0]}_bias", fresh, like=node.input[1])
+        if len(node.input) > 2:
+            node.input[2] = name  # an omitted optional bias ("")
+        else:
+            node.input.append(name)
+
+
+def _gemm_bias(values: _Values, node: onnx.NodeProto, update: Any, extra: np.ndarray) -> None:
+    """Gemm: Y = α·A'B' + β·C. New C' with β·C' = β·update(C) + extra, or C' = extra with β := 1."""
+    beta = _attr(node, "beta", 1.0)
+    if len(node.input) > 2 and node.input[2] and beta != 0:
+        c = values.get(node.input[2]).astype(np.float64)
+        values.write(node.input[2], update(c) + extra / beta)
+        return
+    if not np.any(extra):
+        return
+    name = values.add(f"{node.name or node.output[0]}_bias", extra, like=node.input[1])
+    if len(node.input) > 2:
+        if node.input[2]:
+            values.orphans.add(node.input[2])  # β was 0: the old C was never used
+        node.input[2] = name
+    else:
+        node.input.append(name)
+    _set_attr(node, "beta", 1.0)
+
+
+def _to_gemm(values: _Values, node: onnx.NodeProto, bias: np.ndarray) -> None:
+    """A 2-D MatMul with a bias becomes Gemm(A, W, bias) (alpha = beta = 1, no transposes)."""
+    name = values.add(f"{node.name or node.output[0]}_bias", bias, like=node.input[1])
+    node.op_type = "Gemm"
+    del node.attribute[:]
+    node.input.append(name)
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _set_attr(node: onnx.NodeProto, name: str, value: float) -> None:
+    for a in node.attribute:
+        if a.name == name:
+            a.f = value
+            return
+    node.attribute.append(onnx.helper.make_attribute(name, value))
+
+
+def _drop_value_info(g: onnx.GraphProto, name: str) -> None:
+    for i in reversed(range(len(g.value_info))):
+        if g.value_info[i].name == name:
+            del g.value_info[i]
+
+
+class _Values:
+    """Constant values of one graph by name: initializers and Constant-node outputs, read and replaced in place."""
+
+    def __init__(self, g: onnx.GraphProto) -> None:
+        self.g = g
+        self.inits = {t.name: t for t in g.initializer}
+        self.consts = {n.output[0]: n for n in g.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")}
+        self.names = set(_all_names(g))
+        self.orphans: set[str] = set()  # constants a fold stopped reading (cleanup candidates)
+
+    def get(self, name: str) -> np.ndarray:
+        if name in self.inits:
+            return numpy_helper.to_array(self.inits[name])
+        node = self.consts[name]
+        for a in node.attribute:
+            if a.name == "value":
+                return numpy_helper.to_array(a.t)
+            if a.name in ("value_float", "value_floats"):
+                return np.asarray(onnx.helper.get_attribute_value(a), dtype=np.float32)
+        raise KeyError(name)
+
+    def write(self, name: str, value: np.ndarray) -> None:
+        """Replace a constant, cast back to its own dtype (the math ran in float64)."""
+        old = self.get(name)
+        new = numpy_helper.from_array(np.asarray(value).astype(old.dtype), name)
+        if name in self.inits:
+            self.inits[name].CopyFrom(new)
+        else:
+            node = self.consts[name]
+            del node.attribute[:]
+            node.attribute.append(onnx.helper.make_attribute("value", new))
+
+    def add(self, hint: str, value: np.ndarray, *, like: str) -> str:
+        """A new initializer with a fresh name, in the dtype of constant ``like``."""
+        name, k = hint, 1
+        while name in self.names:
+            k += 1
+            name = f"{hint}_{k}"
+        self.names.add(name)
+        tensor = numpy_helper.from_array(np.asarray(value).astype(self.get(like).dtype), name)
+        self.g.initializer.append(tensor)
+        self.inits[name] = self.g.initializer[-1]
+        return name
+
+    def drop_unused(self, candidates: set[str]) -> None:
+        """Remove initializers and Constant nodes among ``candidates`` that nothing reads any more."""
+        used = {name for name in _read_names(self.g)} | {o.name for o in self.g.output}
+        dead = candidates - used
+        keep = [t for t in self.g.initializer if t.name not in dead]
+        if len(keep) != len(self.g.initializer):
+            del self.g.initializer[:]
+            self.g.initializer.extend(keep)
+        for i in reversed(range(len(self.g.node))):
+            n = self.g.node[i]
+            if n.op_type == "Constant" and n.output and n.output[0] in dead:
+                del self.g.node[i]
+
+
+def _subgraphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield a.g
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                yield from a.graphs
+
+
+def _read_names(g: onnx.GraphProto) -> Iterator[str]:
+    for n in g.node:
+        yield from n.input
+    for sub in _subgraphs(g):
+        yield from _read_names(sub)
+        yield from (o.name for o in sub.output)
+
+
+def _all_names(g: onnx.GraphProto) -> Iterator[str]:
+    yield from (t.name for t in g.initializer)
+    yield from (v.name for v in (*g.input, *g.output, *g.value_info))
+    for n in g.node:
+        yield from n.input
+        yield from n.output
+    for sub in _subgraphs(g):
+        yield from _all_names(sub)
+
+
+# ------------------------------------------------------------------------------------------------ verification
+def verify(original: str, folded: str, graph: onnx.GraphProto, binding: Mapping[str, int], *, rtol: float,
+           atol: float, seed: int) -> tuple[float, float]:
+    """Run both files on the same random inputs; return (max |diff|, max |diff| / max|original|) over outputs."""
+    import onnxruntime as ort
+
+    feeds = random_inputs(graph, binding, seed)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # ORT would fold BN in the reference
+    so.intra_op_num_threads = min(2, os.cpu_count() or 1)
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    try:
+        ref_sess = ort.InferenceSession(original, so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in ref_sess.get_outputs()]
+        ref = ref_sess.run(names, feeds)
+    except Exception as e:
+        raise FoldError(f"cannot verify: onnxruntime cannot run the original model ({_first_line(e)})") from None
+    del ref_sess
+    try:
+        got = ort.InferenceSession(folded, so, providers=["CPUExecutionProvider"]).run(names, feeds)
+    except Exception as e:
+        raise FoldMismatch(f"onnxruntime cannot run the folded model ({_first_line(e)})", float("inf")) from None
+    max_abs = max_rel = 0.0
+    for name, r, f in zip(names, ref, got, strict=True):
+        r, f = np.asarray(r), np.asarray(f)
+        if r.shape != f.shape:
+            raise FoldMismatch(f"output {name!r} has shape {list(f.shape)} after folding, {list(r.shape)} before",
+                               float("inf"))
+        if r.size == 0:
+            continue
+        if r.dtype.kind not in "fc":
+            if not np.array_equal(r, f):
+                raise FoldMismatch(f"output {name!r} ({r.dtype}) differs after folding", float("inf"))
+            continue
+        r64, f64 = r.astype(np.float64), f.astype(np.float64)
+        diff = np.abs(f64 - r64)
+        worst = float(np.nanmax(diff)) if not np.all(np.isnan(diff)) else float("inf")
+        scale = float(np.max(np.abs(r64)))
+        max_abs = max(max_abs, worst)
+        max_rel = max(max_rel, worst / scale if scale > 0 else (0.0 if worst == 0 else float("inf")))
+        excess = diff - (atol + rtol * np.abs(r64))
+        bad = ~(excess <= 0)  # NaN counts as a failure
+        if np.any(bad):
+            i = np.unravel_index(int(np.argmax(np.where(np.isnan(excess), np.inf, excess))), r.shape)
+            raise FoldMismatch(
+                f"output {name!r} differs after folding: largest |diff| {worst:.3g}; at {list(map(int, i))} "
+                f"folded {f64[i]:.6g} vs original {r64[i]:.6g} (allowed atol {atol:g} + rtol {rtol:g}·|original|)",
+                worst)
+    return max_abs, max_rel
+
+
+def random_inputs(graph: onnx.GraphProto, binding: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
+    """One random array per graph input: normal floats, integers in ``INT_INPUT_RANGE``, fair booleans."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in graph.initializer}
+    feeds: dict[str, np.ndarray] = {}
+    for vi in graph.input:
+        if vi.name in inits:
+            continue
+        if vi.type.WhichOneof("value") != "tensor_type":
+            raise FoldError(f"cannot verify: input {vi.name!r} is not a tensor")
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            raise FoldError(f"cannot verify: input {vi.name!r} declares no shape")
+        shape = [_dim_value(d, binding) for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.dtype(dtype).kind == "f" or str(dtype) == "bfloat16":
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+        elif np.dtype(dtype).kind in "iu":
+            feeds[vi.name] = rng.integers(*INT_INPUT_RANGE, size=shape).astype(dtype)
+        elif np.dtype(dtype).kind == "b":
+            feeds[vi.name] = rng.random(shape) < 0.5
+        else:
+            raise FoldError(f"cannot verify: input {vi.name!r} has element type {dtype}")
+    return feeds
+
+
+def _dim_value(d: onnx.TensorShapeProto.Dimension, binding: Mapping[str, int]) -> int:
+    if d.HasField("dim_value") and d.dim_value > 0:
+        return int(d.dim_value)
+    if d.HasField("dim_param") and d.dim_param:
+        try:
+            return int(bind(parse_dim(d.dim_param), binding))
+        except (ValueError, TypeError):
+            return DEFAULT_DIM_VALUE
+    return DEFAULT_DIM_VALUE
+
+
+# ------------------------------------------------------------------------------------------------ files
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _external_files(proto: onnx.ModelProto, path: str) -> list[str]:
+    """Paths of the external-data files the structure-only model points at (its own file excluded)."""
+    own = os.path.basename(os.path.realpath(path))
+    base = os.path.dirname(os.path.realpath(path))
+    out = []
+    for t in _tensors(proto.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            loc = next((e.value for e in t.external_data if e.key == "location"), "")
+            if loc and loc != own:
+                out.append(os.path.join(base, loc))
+    return sorted(set(out))
+
+
+def _tensors(g: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from g.initializer
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                yield a.t
+    for sub in _subgraphs(g):
+        yield from _tensors(sub)
+
+
+__all__ = ["FoldError", "FoldMismatch", "FoldResult", "apply_folds", "fold_model", "random_inputs", "verify"]
