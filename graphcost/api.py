@@ -129,7 +129,9 @@ def _analyze(
     warnings.extend(_defaulted_warnings(defaulted, set(shapes.input_dims)))
     bounds = roofline(costs, hw, binding, graph=graph, capacity=options.capacity)
     warnings.extend(Warning_(w.node, w.message) for w in costs.warnings)
-    formulas = _formulas(costs) if model_dims else {}
+    formulas = {}
+    if model_dims:
+        formulas = _formulas(count_costs(shapes.symbolic_graph) if shapes.symbolic_graph is not None else costs)
     t = bounds.totals
     totals = ReportTotals(
         flops=t.flops, macs=t.macs, bytes_read=t.bytes_read, bytes_written=t.bytes_written, bytes=t.bytes,

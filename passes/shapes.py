@@ -32,7 +32,7 @@ import onnx
 from graphcost._dims import Dim, free_names, parse_dim, to_text
 from graphcost.graph import Graph
 from graphcost.load import Model, opset_lookup
-from graphcost.passes import _datadep
+from graphcost.passes import _contrib_shapes, _datadep
 
 InputShape = Sequence[int | str]
 
@@ -54,6 +54,9 @@ class ShapeResult:
     engines: tuple[str, ...]
     """Which inference engines contributed (for the report)."""
     source: onnx.ModelProto
+    symbolic_graph: Graph | None = None
+    """When bound dims resolved shapes that stay unresolved symbolically, the graph with only the symbolic
+    shapes: exact formulas come from it (``graph``'s shapes hold the bound values baked in)."""
 
     def model_proto(self) -> onnx.ModelProto:
         """A copy of the model with every inferred type written as value_info (for tools that want one)."""
@@ -108,6 +111,9 @@ def _infer_shapes(
                                            f"(e.g. {next(iter(dep.guarded))!r} of {next(iter(dep.guarded.values()))}); "
                                            "their dims are named unknowns"))
 
+    stripped, inferred, typed, seeded = _contrib_rounds(stripped, inferred, typed)
+    if seeded:
+        engines.append("graphcost-contrib")
     ort_notes: list[ShapeWarning] = []
     names = _tensor_names(stripped.graph)  # the same nodes in every copy of the model
     if _unresolved(inferred.graph, typed, names):
@@ -118,8 +124,10 @@ def _infer_shapes(
             for name in dep.tainted:  # never take a guess about a value-dependent shape
                 ort_types.pop(name, None)
             typed = _merge(ort_types, typed)
+            stripped, inferred, typed, _ = _contrib_rounds(stripped, inferred, typed)
 
     bound = dict(dims or {})
+    symbolic_typed: TypeTable | None = None
     if bound and _unresolved(inferred.graph, typed, names):
         concrete = onnx.ModelProto()
         concrete.CopyFrom(stripped)
@@ -134,6 +142,7 @@ def _infer_shapes(
                     for name in dep.tainted:
                         c_ort_types.pop(name, None)
                     c_types = _merge(c_ort_types, c_types)
+            symbolic_typed = _merge(typed, declared)
             typed = _fill_unresolved(typed, c_types, set(bound))
 
     typed = _merge(typed, declared)
@@ -141,13 +150,17 @@ def _infer_shapes(
         warnings.extend(ort_notes)  # only worth saying when something stayed unresolved
     _check_declared_outputs(base.graph, typed, warnings)
     graph = Graph(inferred.graph, opset_lookup(inferred), base_dir=model.base_dir, types=typed)
+    symbolic_graph = None
+    if symbolic_typed is not None and symbolic_typed != typed:
+        symbolic_graph = Graph(inferred.graph, opset_lookup(inferred), base_dir=model.base_dir, types=symbolic_typed)
     input_dims: set[str] = set()
     for name in graph.input_names:
         t = graph.tensor(name)
         if t is not None and t.shape is not None:
             for d in t.shape:
                 input_dims |= free_names(d)
-    return ShapeResult(graph, typed, tuple(warnings), tuple(sorted(input_dims)), tuple(engines), inferred)
+    return ShapeResult(graph, typed, tuple(warnings), tuple(sorted(input_dims)), tuple(engines), inferred,
+                       symbolic_graph)
 
 
 # ---------------------------------------------------------------------------- input shapes
@@ -197,6 +210,95 @@ def _bind_inputs(model: onnx.ModelProto, bound: Mapping[str, int]) -> bool:
                 d.dim_value = int(bound[d.dim_param])
                 changed = True
     return changed
+
+
+def _tshape(t: onnx.TypeProto | None) -> _contrib_shapes.TShape | None:
+    if t is None or not t.HasField("tensor_type"):
+        return None
+    tt = t.tensor_type
+    if not tt.HasField("shape"):
+        return (tt.elem_type, None)
+    dims: list[_contrib_shapes.DimT] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param and not d.dim_param.startswith("unk__"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return (tt.elem_type, dims)
+
+
+def _type_of(name: str, shape: _contrib_shapes.TShape) -> onnx.TypeProto:
+    elem, dims = shape
+    t = onnx.TypeProto()
+    t.tensor_type.elem_type = elem
+    if dims is not None:
+        t.tensor_type.shape.SetInParent()
+        for i, d in enumerate(dims):
+            dim = t.tensor_type.shape.dim.add()
+            if isinstance(d, int):
+                dim.dim_value = d
+            else:
+                dim.dim_param = d if isinstance(d, str) else _unknown_name(name, i)
+    return t
+
+
+def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: TypeTable
+                    ) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
+    """Type the outputs of ops no engine knows (``_contrib_shapes``) and let onnx carry them downstream.
+
+    Each round computes what the rules can from the current types, seeds those outputs as value_info and
+    runs onnx's inference again; it stops when a round adds nothing (at most ``_CONTRIB_ROUNDS``)."""
+    nodes = [n for g in _walk_graphs(stripped.graph) for n in g.node
+             if _contrib_shapes.lookup(n.domain, n.op_type) is not None]
+    if not nodes:
+        return stripped, inferred, typed, False
+    seeded_any = False
+    for _ in range(_CONTRIB_ROUNDS):
+        seeds: dict[str, onnx.TypeProto] = {}
+        for node in nodes:
+            fn = _contrib_shapes.lookup(node.domain, node.op_type)
+            assert fn is not None
+            ins = [_tshape(typed.get(i)) if i else None for i in node.input]
+            try:
+                outs = fn(node, ins)
+            except Exception:
+                continue
+            for name, shape in zip(node.output, outs, strict=False):
+                if not name or shape is None:
+                    continue
+                candidate = _type_of(name, shape)
+                current = typed.get(name)
+                if current is None or _type_score(candidate) < _type_score(current):
+                    seeds[name] = candidate
+        if not seeds:
+            break
+        seeded_any = True
+        stripped = _with_value_info(stripped, seeds)
+        inferred = _onnx_infer(stripped, [])
+        typed = _merge(_collect_types(inferred.graph), {**typed, **seeds})
+    return stripped, inferred, typed, seeded_any
+
+
+_CONTRIB_ROUNDS = 6
+
+
+def _with_value_info(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for g in _walk_graphs(out.graph):
+        produced = {o for n in g.node for o in n.output}
+        existing = {vi.name: vi for vi in g.value_info}
+        for name, t in types.items():
+            if name not in produced:
+                continue
+            vi = existing.get(name)
+            if vi is None:
+                vi = g.value_info.add()
+                vi.name = name
+            vi.type.CopyFrom(t)
+    return out
 
 
 def _seed_guarded(model: onnx.ModelProto, typed: TypeTable, dep: _datadep.DataDependence) -> onnx.ModelProto:

@@ -169,6 +169,7 @@ def layer_norm(n: NodeView) -> Work:
 
 
 @rule("SimplifiedLayerNormalization", domain=MS, kind=Kind.NORMALIZATION)
+@rule("SimplifiedLayerNormalization", kind=Kind.NORMALIZATION)  # ORT's optimizer writes it in the default domain
 def rms_norm(n: NodeView) -> Work:
     return Work(flops=rms_norm_work(n.in_shape(0), int(n.attr("axis", -1))))
 
