@@ -111,20 +111,30 @@ def _infer_shapes(
                                            f"(e.g. {next(iter(dep.guarded))!r} of {next(iter(dep.guarded.values()))}); "
                                            "their dims are named unknowns"))
 
-    stripped, inferred, typed, seeded = _contrib_rounds(stripped, inferred, typed)
-    if seeded:
-        engines.append("graphcost-contrib")
+    # onnx, graphcost's contrib rules and ORT's symbolic inference take turns: ORT stops at the first op it
+    # cannot type, so each contrib output typed in one turn lets ORT go further in the next.
+    stripped, inferred, typed, seeded = _contrib_rounds(stripped, inferred, typed, complete_only=True)
     ort_notes: list[ShapeWarning] = []
     names = _tensor_names(stripped.graph)  # the same nodes in every copy of the model
-    if _unresolved(inferred.graph, typed, names):
-        ort = _ort_infer(inferred, model.base_dir, ort_notes)
-        if ort is not None:
+    for _ in range(_ORT_TURNS):
+        if not _unresolved(inferred.graph, typed, names):
+            break
+        ort = _ort_infer(inferred, model.base_dir, ort_notes, typed)
+        if ort is None:
+            break
+        if "onnxruntime-symbolic" not in engines:
             engines.append("onnxruntime-symbolic")
-            ort_types = _collect_types(ort.graph)
-            for name in dep.tainted:  # never take a guess about a value-dependent shape
-                ort_types.pop(name, None)
-            typed = _merge(ort_types, typed)
-            stripped, inferred, typed, _ = _contrib_rounds(stripped, inferred, typed)
+        ort_types = _collect_types(ort.graph)
+        for name in dep.tainted:  # never take a guess about a value-dependent shape
+            ort_types.pop(name, None)
+        typed = _merge(ort_types, typed)
+        stripped, inferred, typed, more = _contrib_rounds(stripped, inferred, typed, complete_only=True)
+        seeded = seeded or more
+        if not more:
+            break
+    stripped, inferred, typed, more = _contrib_rounds(stripped, inferred, typed, complete_only=False)
+    if seeded or more:
+        engines.append("graphcost-contrib")
 
     bound = dict(dims or {})
     symbolic_typed: TypeTable | None = None
@@ -136,7 +146,7 @@ def _infer_shapes(
             c_inf = _onnx_infer(concrete, [])
             c_types = _collect_types(c_inf.graph)
             if _unresolved(c_inf.graph, c_types, names):
-                c_ort = _ort_infer(c_inf, model.base_dir, [])
+                c_ort = _ort_infer(c_inf, model.base_dir, [], c_types)
                 if c_ort is not None:
                     c_ort_types = _collect_types(c_ort.graph)
                     for name in dep.tainted:
@@ -244,12 +254,14 @@ def _type_of(name: str, shape: _contrib_shapes.TShape) -> onnx.TypeProto:
     return t
 
 
-def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: TypeTable
-                    ) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
+def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: TypeTable, *,
+                    complete_only: bool) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
     """Type the outputs of ops no engine knows (``_contrib_shapes``) and let onnx carry them downstream.
 
     Each round computes what the rules can from the current types, seeds those outputs as value_info and
-    runs onnx's inference again; it stops when a round adds nothing (at most ``_CONTRIB_ROUNDS``)."""
+    runs onnx's inference again; it stops when a round adds nothing (at most ``_CONTRIB_ROUNDS``).
+    ``complete_only`` seeds only fully resolved shapes: a seed with unknown dims handed to ORT's symbolic
+    inference would be merged with real dims and spread its placeholder names upstream."""
     nodes = [n for g in _walk_graphs(stripped.graph) for n in g.node
              if _contrib_shapes.lookup(n.domain, n.op_type) is not None]
     if not nodes:
@@ -269,6 +281,8 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
                 if not name or shape is None:
                     continue
                 candidate = _type_of(name, shape)
+                if complete_only and _type_score(candidate) > 0:
+                    continue
                 current = typed.get(name)
                 if current is None or _type_score(candidate) < _type_score(current):
                     seeds[name] = candidate
@@ -282,6 +296,7 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
 
 
 _CONTRIB_ROUNDS = 6
+_ORT_TURNS = 4
 
 
 def _with_value_info(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
@@ -435,7 +450,7 @@ def _ort_symbolic() -> ModuleType | None:
     return module
 
 
-def _ort_ready(model: onnx.ModelProto, base_dir: str | None) -> onnx.ModelProto:
+def _ort_ready(model: onnx.ModelProto, base_dir: str | None, typed: TypeTable | None = None) -> onnx.ModelProto:
     """A copy ORT's symbolic inference can read without touching the disk.
 
     ORT reads constant values with ``numpy_helper.to_array`` relative to the current directory. Payloads
@@ -465,10 +480,19 @@ def _ort_ready(model: onnx.ModelProto, base_dir: str | None) -> onnx.ModelProto:
     g.initializer.extend(keep)
     for t in as_inputs:
         g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    # Constant nodes whose payload was skipped: the same treatment.
+    # Constant nodes whose payload was skipped: the same treatment. And contrib-domain nodes whose outputs are
+    # already typed (by graphcost's own rules): ORT stops at the first op it cannot type, so they become inputs.
     nodes = list(g.node)
     del g.node[:]
     for n in nodes:
+        if typed is not None and n.domain not in ("", "ai.onnx", "ai.onnx.ml") and n.output and all(
+                not o or (o in typed and _type_score(typed[o]) < 1000) for o in n.output):
+            for o in n.output:
+                if o:
+                    vi = g.input.add()
+                    vi.name = o
+                    vi.type.CopyFrom(typed[o])
+            continue
         ext = [a for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR
                and a.t.data_location == onnx.TensorProto.EXTERNAL]
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and ext and n.output:
@@ -491,7 +515,8 @@ def _numel(t: onnx.TensorProto) -> int:
     return n
 
 
-def _ort_infer(model: onnx.ModelProto, base_dir: str | None, warnings: list[ShapeWarning]) -> onnx.ModelProto | None:
+def _ort_infer(model: onnx.ModelProto, base_dir: str | None, warnings: list[ShapeWarning],
+               typed: TypeTable | None = None) -> onnx.ModelProto | None:
     """ORT's symbolic inference, keeping partial results (its public entry point discards them and
     writes a temporary file into the current directory when inference is incomplete)."""
     module = _ort_symbolic()
@@ -500,7 +525,7 @@ def _ort_infer(model: onnx.ModelProto, base_dir: str | None, warnings: list[Shap
     import logging
 
     logging.getLogger("_graphcost_ort_symbolic_shape_infer").setLevel(logging.CRITICAL)
-    ready = _ort_ready(model, base_dir)
+    ready = _ort_ready(model, base_dir, typed)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             sym = module.SymbolicShapeInference(2**31 - 1, True, False, 0)
