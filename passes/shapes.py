@@ -266,13 +266,15 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
              if _contrib_shapes.lookup(n.domain, n.op_type) is not None]
     if not nodes:
         return stripped, inferred, typed, False
+    weights: dict[str, _contrib_shapes.TShape] = {  # initializers are typed by their own dims
+        t.name: (t.data_type, [int(d) for d in t.dims]) for g in _walk_graphs(stripped.graph) for t in g.initializer}
     seeded_any = False
     for _ in range(_CONTRIB_ROUNDS):
         seeds: dict[str, onnx.TypeProto] = {}
         for node in nodes:
             fn = _contrib_shapes.lookup(node.domain, node.op_type)
             assert fn is not None
-            ins = [_tshape(typed.get(i)) if i else None for i in node.input]
+            ins = [(_tshape(typed.get(i)) or weights.get(i)) if i else None for i in node.input]
             try:
                 outs = fn(node, ins)
             except Exception:
