@@ -40,9 +40,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="bind a symbolic dim (repeatable), e.g. --dim batch=8 --dim seq=512")
     a.add_argument("--input-shape", action="append", default=[], metavar="INPUT=DIMS",
                    help="fix a graph input's whole shape, e.g. input=1x3x224x224 (repeatable)")
-    a.add_argument("--format", choices=("text", "json", "csv"), default="text")
+    a.add_argument("--format", choices=("text", "json", "csv", "html"), default="text",
+                   help="text (default), json, csv (one row per node), or html (a self-contained offline page)")
     a.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
-    a.add_argument("--top", type=int, default=10, metavar="N", help="nodes in the top-N table (text)")
+    a.add_argument("--top", type=int, default=10, metavar="N", help="nodes in the top-N table (text, html)")
     a.add_argument("--fusion-policy", default="ideal", metavar="NAME",
                    help="fusion policy for report.fusion: ideal (default) or none")
     a.add_argument("--no-fusion", action="store_true", help="skip the fusion pass")
@@ -185,6 +186,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         text = report.to_json() + "\n"
     elif args.format == "csv":
         text = report.to_csv()
+    elif args.format == "html":
+        from graphcost.report.html import render_html
+
+        text = render_html(report, top=args.top)
     else:
         text = report.to_text(top=args.top)
     if args.output:

@@ -258,7 +258,7 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
                     complete_only: bool) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
     """Type the outputs of ops no engine knows (``_contrib_shapes``) and let onnx carry them downstream.
 
-    Each round computes what the rules can from the current types, seeds those outputs as value_info and
+    Each round walks the nodes in graph order (a chain of contrib ops is typed in one round), computes what the rules can from the current types, seeds those outputs as value_info and
     runs onnx's inference again; it stops when a round adds nothing (at most ``_CONTRIB_ROUNDS``).
     ``complete_only`` seeds only fully resolved shapes: a seed with unknown dims handed to ORT's symbolic
     inference would be merged with real dims and spread its placeholder names upstream."""
@@ -274,7 +274,7 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
         for node in nodes:
             fn = _contrib_shapes.lookup(node.domain, node.op_type)
             assert fn is not None
-            ins = [(_tshape(typed.get(i)) or weights.get(i)) if i else None for i in node.input]
+            ins = [(_tshape(seeds.get(i) or typed.get(i)) or weights.get(i)) if i else None for i in node.input]
             try:
                 outs = fn(node, ins)
             except Exception:
@@ -297,7 +297,7 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
     return stripped, inferred, typed, seeded_any
 
 
-_CONTRIB_ROUNDS = 6
+_CONTRIB_ROUNDS = 12
 _ORT_TURNS = 4
 
 
