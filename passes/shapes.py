@@ -258,8 +258,9 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
                     complete_only: bool) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
     """Type the outputs of ops no engine knows (``_contrib_shapes``) and let onnx carry them downstream.
 
-    Each round walks the nodes in graph order (a chain of contrib ops is typed in one round), computes what the rules can from the current types, seeds those outputs as value_info and
-    runs onnx's inference again; it stops when a round adds nothing (at most ``_CONTRIB_ROUNDS``).
+    Each round walks the nodes in graph order (a chain of contrib ops is typed in one round), computes
+    what the rules can from the current types, seeds those outputs as value_info and runs onnx's
+    inference again; it stops when a round adds nothing (at most ``_CONTRIB_ROUNDS``).
     ``complete_only`` seeds only fully resolved shapes: a seed with unknown dims handed to ORT's symbolic
     inference would be merged with real dims and spread its placeholder names upstream."""
     nodes = [n for g in _walk_graphs(stripped.graph) for n in g.node
