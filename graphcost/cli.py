@@ -224,7 +224,16 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # A CLI run is short and frees little until it exits: the cyclic collector only costs time here.
+    was_enabled = gc.isenabled()
     gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.version:

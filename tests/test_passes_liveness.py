@@ -20,6 +20,7 @@ from onnx import TensorProto, numpy_helper
 
 from graphcost.graph import Graph
 from graphcost.load import load
+from graphcost.passes._order_search import greedy_order, pack, problem
 from graphcost.passes.liveness import (
     EXACT_MAX_NODES,
     MemoryResult,
@@ -268,6 +269,24 @@ def test_arena_aligns_and_never_undercuts() -> None:
     assert arena(odd, {}, alignment=1).bytes == 2 * 12
 
 
+def test_the_collector_is_left_as_it_was() -> None:
+    """The pass pauses the cyclic GC while it runs (passes/liveness.py, _no_gc) and restores it, raise or not."""
+    import gc
+
+    g = typed(RESIDUAL, **RESIDUAL_WEIGHTS)
+    before = gc.isenabled()  # graphcost.cli.main turns it off for good: tests after test_cli run without it
+    try:
+        gc.enable()
+        with pytest.raises(ValueError, match="not topological"):
+            liveness(g, {}, order=tuple(reversed([n.name for n in g.nodes()])))
+        assert gc.isenabled()
+        gc.disable()
+        liveness(g, {})
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        (gc.enable if before else gc.disable)()
+
+
 def test_training_memory() -> None:
     r = liveness(typed(RESIDUAL, **RESIDUAL_WEIGHTS), {}, training=TrainingOptions(optimizer_state_multiplier=2.0))
     t = r.training
@@ -353,6 +372,112 @@ def test_random_dag_bounds_reorder_arena(seed: int) -> None:
     check_bounds(replay)
     assert replay.peak_activation_bytes == ro.peak_activation_bytes
     assert r.training is not None and r.training.activations_peak >= r.peak_activation_bytes
+
+
+# ----------------------------------------------------------------------------------------------- the searches
+# pack() and greedy_order() are the fast forms of two plain definitions, written out below as the reference:
+# best fit over every placed block (all pairs), and list scheduling that recomputes pending readers as sets.
+def all_pairs_best_fit(sizes: list[int], starts: list[int], ends: list[int]) -> int:
+    placed: list[tuple[int, int, int, int]] = []  # offset, size, first step, last step
+    top = 0
+    for k in sorted(range(len(sizes)), key=lambda k: (-sizes[k], starts[k])):  # largest first, then earlier
+        size, s, e = sizes[k], starts[k], ends[k]
+        clash = sorted((off, off + sz) for off, sz, ps, pe in placed if ps <= e and pe >= s)
+        cursor, best, best_gap = 0, None, None
+        for lo, hi in clash:
+            if lo - cursor >= size and (best_gap is None or lo - cursor < best_gap):
+                best, best_gap = cursor, lo - cursor
+            cursor = max(cursor, hi)
+        offset = cursor if best is None else best
+        placed.append((offset, size, s, e))
+        top = max(top, offset + size)
+    return top
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pack_is_all_pairs_best_fit(seed: int) -> None:
+    rng = random.Random(seed)
+    steps = rng.randint(1, 40)
+    count = rng.randint(0, 80)
+    sizes = [rng.choice([64, 128, 192, 256, 1024, 4096]) for _ in range(count)]  # few sizes: many ties
+    starts = [rng.randrange(steps) for _ in range(count)]
+    ends = [min(steps - 1, s + int(rng.expovariate(0.2))) for s in starts]  # mostly short lives, a few long
+    assert pack(sizes, starts, ends, steps) == all_pairs_best_fit(sizes, starts, ends)
+
+
+def set_greedy(g: Graph) -> list[int]:
+    """Greedy list scheduling by its definition: key = bytes kept - bytes freed, recomputed from sets."""
+    p = problem(g, {})
+    n = len(p.nodes)
+    pending: list[set[int]] = [set() for _ in p.size]
+    for i, uses in enumerate(p.uses):
+        for b in uses:
+            pending[b].add(i)
+    consumed = [bool(r) for r in pending]
+    done: set[int] = set()
+    order: list[int] = []
+    while len(order) < n:
+        ready = [i for i in range(n) if i not in done and set(p.preds[i]) <= done]
+        if not ready:
+            break
+
+        def key(i: int) -> tuple[int, int]:
+            freed = sum(p.size[b] for b in p.uses[i] if pending[b] == {i} and not p.output[b])
+            kept = sum(p.size[b] for b in p.defs[i] if consumed[b] or p.output[b])
+            return kept - freed, i
+
+        i = min(ready, key=key)
+        done.add(i)
+        order.append(i)
+        for b in p.uses[i]:
+            pending[b].discard(i)
+    return order
+
+
+CHAIN = """<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,64] x) => (float[1,64] y) {
+  a = Relu(x)
+  b = Sigmoid(a)
+  c = Add(b, x)
+  y = Tanh(c)
+}"""
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_greedy_order_is_its_definition(seed: int) -> None:
+    g = typed(random_dag(seed))
+    assert greedy_order(problem(g, {})) == set_greedy(g)
+
+
+def test_a_chain_has_one_order() -> None:
+    g = typed(CHAIN)  # every node reads the one before: no search can choose
+    assert greedy_order(problem(g, {})) == set_greedy(g) == [0, 1, 2, 3]
+    r = reorder(g, {})
+    assert r.method == "graph order" and r.greedy_peak_bytes == r.graph_order_peak_bytes
+
+
+def test_arena_with_long_lifetimes_is_all_pairs_best_fit() -> None:
+    """1,200 nodes with skips 50 steps back and graph outputs held to the end: the arena equals the all-pairs
+    best fit over lifetimes computed here from their definition."""
+    n, lines, outs = 1200, [], []
+    reads: dict[str, list[int]] = {"x": []}
+    for i in range(n):
+        prev = f"t{i - 1}" if i else "x"
+        src = f"t{i - 50}" if i >= 50 and i % 7 == 0 else prev
+        lines.append(f"t{i} = Add({prev}, {src})" if src != prev else f"t{i} = Relu({prev})")
+        reads[f"t{i}"] = []
+        reads[prev].append(i)
+        reads[src].append(i)
+        if i % 300 == 299:
+            outs.append(f"t{i}")
+    text = ('<ir_version: 8, opset_import: ["" : 17]>\n'
+            f"g (float[1,64] x) => ({', '.join(f'float[1,64] {o}' for o in outs)}) {{\n" + "\n".join(lines) + "\n}")
+    r = liveness(typed(text), {})
+    check_bounds(r)
+    starts = [0 if t == "x" else int(t[1:]) for t in reads]
+    ends = [n - 1 if t in outs else max(reads[t], default=s) for s, t in zip(starts, reads, strict=True)]
+    assert r.arena is not None and r.arena.buffers == n + 1
+    assert r.arena.bytes == all_pairs_best_fit([64 * FP32] * (n + 1), starts, ends)
 
 
 # ----------------------------------------------------------------------------------------------- heavy
