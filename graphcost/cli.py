@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMAND_MODULES = ("graphcost._cmd_fusion", "graphcost._cmd_fold")
+COMMAND_MODULES = ("graphcost._cmd_fusion", "graphcost._cmd_fold", "graphcost._cmd_audit", "graphcost._cmd_diff")
 """Subcommands that live in their own modules: each has ``register(subparsers, hardware_flags)`` and
 ``run(args) -> int`` (raising CliError for user errors)."""
 

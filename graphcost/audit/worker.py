@@ -1,0 +1,267 @@
+"""The child side of isolation: what runs inside the throw-away process that analyzes one model.
+
+Two entry points reach the same :func:`child_main`:
+
+- a multiprocessing child (forked from the audit, or from a forkserver): ``child_main(task, limits, conn)``
+  sends the outcome on a pipe;
+- ``python -m graphcost.audit.worker`` (inside a Dask worker, whose daemonic process may not fork
+  multiprocessing children): the task comes as JSON on stdin, the outcome goes back as JSON on stdout.
+
+The child limits itself before it touches the model: address space (``RLIMIT_AS``, so an allocation
+past the limit is a ``MemoryError`` → status ``oom``), death with its parent (Linux), a CPU-time
+backstop and an alarm (so no child outlives the time limit, parent or not), SIGINT ignored (the
+parent decides), its stdout/stderr sent to /dev/null (so library chatter cannot break the progress
+bar or the protocol).
+
+Test hooks (``task["hook"]``, set only through the GRAPHCOST_AUDIT_TEST_HOOK environment variable of the
+parent; comma-separated): ``abort:NAME`` calls ``os.abort()``, ``sleep:NAME`` hangs, ``delay:NAME`` sleeps
+0.5 s, ``alloc:NAME`` allocates past any limit, ``raise:NAME`` raises a RuntimeError — each only while
+analyzing a model whose file name contains NAME; ``probe-abort:NAME`` aborts the discovery probe instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+# Imported here (not lazily) so the process children are forked from holds the whole analysis stack and each child
+# forks with it in memory: this is what makes one process per model cheap.
+import onnx
+
+import graphcost.api
+from graphcost import _scan
+from graphcost.audit.rows import partial_reason, summarize_report
+from graphcost.diff import declared_dims
+from graphcost.hardware.spec import HardwareSpec
+from graphcost.load import LoadError, load
+from graphcost.report.units import bytes_
+
+ALARM_GRACE_S = 5
+"""Seconds past the time limit after which a child kills itself, should its parent be gone."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# hardware spec ⇄ JSON (tasks cross process and machine boundaries as plain JSON-ready dicts)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def spec_to_dict(spec: HardwareSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name, "peak_flops": dict(spec.peak_flops), "memory_bandwidth": spec.memory_bandwidth,
+        "onchip_bytes": spec.onchip_bytes, "onchip_bandwidth": spec.onchip_bandwidth,
+        "energy_per_byte": spec.energy_per_byte, "sustained_power_w": spec.sustained_power_w, "kind": spec.kind,
+        "description": spec.description, "sources": list(spec.sources),
+        "derating": None if spec.derating is None else list(spec.derating),
+    }
+
+
+def spec_from_dict(d: Mapping[str, Any]) -> HardwareSpec:
+    fields = dict(d)
+    fields["sources"] = tuple(fields.get("sources") or ())
+    if fields.get("derating") is not None:
+        fields["derating"] = tuple(fields["derating"])
+    return HardwareSpec(**fields)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the work itself
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _hook(task: Mapping[str, Any], path: str, stage: str = "") -> None:
+    for hook in str(task.get("hook") or "").split(","):
+        action, _, name = hook.strip().partition(":")
+        if action and action.startswith(stage) and name in os.path.basename(path):
+            _fire(action[len(stage):])
+
+
+def _fire(action: str) -> None:
+    if action == "abort":
+        os.abort()
+    elif action == "sleep":
+        while True:
+            time.sleep(60)
+    elif action == "delay":
+        time.sleep(0.5)
+    elif action == "alloc":
+        hog = []
+        while True:
+            hog.append(bytearray(256 << 20))
+    elif action == "raise":
+        raise RuntimeError("test hook raised")
+
+
+def analyze_task(task: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str, Any]:
+    """Analyze one model; every outcome (including bugs) is ``{status, reason, analysis}``.
+
+    Settings dims the model does not declare are left out (a zoo mixes models with and without a
+    ``seq`` dim) and listed in ``dims_ignored``.
+    """
+    try:
+        _hook(task, task["path"])
+        model = load(task["path"])
+        declared = declared_dims(model.proto)
+        dims = {k: v for k, v in task["dims"].items() if k in declared}
+        ignored = sorted(set(task["dims"]) - set(dims))
+        report = graphcost.api.analyze(model, hardware=spec_from_dict(task["hardware"]), dims=dims,
+                                       capacity=task.get("capacity", True))
+        analysis = summarize_report(report, ignored)
+        return {"status": "ok", "reason": partial_reason(analysis), "analysis": analysis}
+    except LoadError as e:  # its message starts with the path, which the row already holds
+        reason = _one_line(e)
+        prefix = f"{task['path']}: "
+        return {"status": "error", "reason": reason[len(prefix):] if reason.startswith(prefix) else reason,
+                "analysis": None}
+    except MemoryError:
+        return {"status": "oom", "reason": oom_reason(limits.get("memory_bytes")), "analysis": None}
+    except RecursionError:
+        return {"status": "error", "reason": "analysis failed (graph nested too deeply: RecursionError)",
+                "analysis": None}
+    except ValueError as e:
+        return {"status": "error", "reason": f"analysis failed ({_one_line(e)})", "analysis": None}
+    except Exception as e:  # a bug in graphcost: still just this model's row
+        return {"status": "error", "reason": f"internal error ({type(e).__name__}: {_one_line(e)})",
+                "analysis": None}
+
+
+def oom_reason(limit: int | None) -> str:
+    return f"exceeded the memory limit ({bytes_(limit)})" if limit else "out of memory"
+
+
+def probe_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """External-data files each model names (absolute paths), read from its structure only.
+
+    Run isolated like an analysis: discovery must survive a file that would crash or hang the scanner.
+    """
+    found: dict[str, list[str]] = {}
+    for path in task["paths"]:
+        _hook(task, path, stage="probe-")
+        try:
+            proto = _scan.load_structure(path)
+        except Exception:
+            found[path] = []
+            continue
+        real = os.path.realpath(path)
+        base, own = os.path.dirname(real), os.path.basename(real)
+        locs = sorted({loc for loc in _external_locations(proto.graph) if loc and loc != own})
+        found[path] = [os.path.normpath(os.path.join(base, loc)) for loc in locs]
+    return {"status": "ok", "reason": None, "analysis": found}
+
+
+def _external_locations(graph: onnx.GraphProto) -> list[str]:
+    out: list[str] = []
+
+    def tensor(t: onnx.TensorProto) -> None:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            out.extend(e.value for e in t.external_data if e.key == "location")
+
+    for t in graph.initializer:
+        tensor(t)
+    for s in graph.sparse_initializer:
+        tensor(s.values)
+        tensor(s.indices)
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                tensor(a.t)
+            for t in a.tensors:
+                tensor(t)
+            if a.HasField("g"):
+                out.extend(_external_locations(a.g))
+            for g in a.graphs:
+                out.extend(_external_locations(g))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# process setup and entry points
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this child when its parent (the audit, the forkserver, or the Dask worker) dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # the alarm below still bounds its life
+
+
+def _limit_self(limits: Mapping[str, Any]) -> None:
+    import resource
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    mem = limits.get("memory_bytes")
+    if mem:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft = mem if hard == resource.RLIM_INFINITY else min(mem, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    timeout = limits.get("timeout_s")
+    if timeout:
+        signal.alarm(math.ceil(timeout) + ALARM_GRACE_S)  # default action: terminate
+        cpu = math.ceil(timeout) + ALARM_GRACE_S
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        if hard == resource.RLIM_INFINITY or hard > cpu:
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, hard))
+    import faulthandler
+
+    faulthandler.disable()  # a crash is reported by the parent, as the model's row; no traceback noise
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set (VmHWM), or None where /proc is absent."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def run_task(task: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str, Any]:
+    out = probe_task(task) if task.get("kind") == "probe" else analyze_task(task, limits)
+    out["peak_rss_bytes"] = peak_rss_bytes()
+    return out
+
+
+def child_main(task: dict[str, Any], limits: dict[str, Any], conn: Any) -> None:
+    """Forkserver child: limit self, run, send the outcome, exit."""
+    _limit_self(limits)
+    conn.send(run_task(task, limits))
+    conn.close()
+
+
+def _stdio_main() -> int:
+    """``python -m graphcost.audit.worker``: {task, limits} as JSON on stdin → outcome JSON on stdout."""
+    request = json.loads(sys.stdin.buffer.read())
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    _limit_self(request["limits"])
+    out.write(json.dumps(run_task(request["task"], request["limits"])))
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_stdio_main())
