@@ -4,9 +4,10 @@
     python bench/make_models.py        # once: bench/data/*.onnx
     python bench/run.py                # this: table on stdout, JSON in bench/out/
 
-Every measurement is one fresh process under ``/usr/bin/time -f "%e %M"`` (wall seconds, peak RSS = ru_maxrss),
-stdout discarded, page cache warmed by reading the model's files first; the figure is the median of ``--runs``
-(default 3). What each tool runs (the modes of shared/research/peers.md §3.4):
+Every measurement is one fresh process under ``/usr/bin/time -f "%e %M %U %S"`` (wall seconds, peak RSS =
+ru_maxrss, user+sys CPU), stdout discarded, page cache warmed by reading the model's files first. ``--runs``
+rounds (default 3) each run every tool once in turn, so a burst of other load hits all tools alike; the figure
+is the median. What each tool runs (the modes of shared/research/peers.md §3.4):
 
 - graphcost:   ``graphcost analyze M --format json -o /dev/null``
 - onnx-tool:   ``python -m onnx_tool -i M`` (load + shape inference + profile + per-node table)
@@ -18,8 +19,9 @@ stdout discarded, page cache warmed by reading the model's files first; the figu
 
 Acceptance (issue): on each GPT-2, graphcost time <= 0.5x the fastest peer's and peak RSS <= 0.25x the lowest
 peer's; on the external-data model peak RSS < 400 MiB; the synthetic 100k-node graph in < 10 s, with time per
-node flat from 10k to 100k (here: max/min of the per-node times at 10k/30k/100k <= 1.3, on both the process wall
-time and the in-process ``analyze()`` + ``to_json()`` time, which leaves out interpreter start and imports).
+node flat from 10k to 100k (here: max/min of the per-node times at 10k/30k/100k <= 1.3; reported on process wall
+and CPU time and on the in-process ``analyze()`` + ``to_json()`` time, which leaves out interpreter start and
+imports). Results: bench/out/results-<time>.json and bench/out/latest.json; the markdown table on stdout.
 """
 
 from __future__ import annotations
@@ -62,10 +64,10 @@ INPROC_SNIPPET = r"""
 import sys, time
 t0 = time.perf_counter()
 import graphcost
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 text = graphcost.analyze(sys.argv[1]).to_json()
-t2 = time.perf_counter()
-print(f"{t1 - t0:.6f} {t2 - t1:.6f} {len(text)}")
+t2, c2 = time.perf_counter(), time.process_time()
+print(f"{t1 - t0:.6f} {t2 - t1:.6f} {c2 - c1:.6f} {len(text)}")
 """
 
 
@@ -75,7 +77,8 @@ class Measurement:
     model: str
     wall_s: float  # median
     rss_mib: float  # median
-    runs: list[tuple[float, float]] = field(default_factory=list)
+    cpu_s: float = float("nan")  # median user+sys CPU seconds (less sensitive to other load on the machine)
+    runs: list[tuple[float, float, float]] = field(default_factory=list)  # (wall s, RSS MiB, user+sys CPU s)
     ok: bool = True
     error: str = ""
     command: str = ""
@@ -123,31 +126,51 @@ def warm_cache(path: Path) -> None:
                 pass
 
 
-def time_once(argv: list[str], timeout: float) -> tuple[float, float, str]:
-    """(wall s, peak RSS MiB, error) of one fresh process under /usr/bin/time."""
+def time_once(argv: list[str], timeout: float) -> tuple[float, float, float, str]:
+    """(wall s, peak RSS MiB, user+sys CPU s, error) of one fresh process under /usr/bin/time."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         try:
-            r = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", tf.name, *argv], stdout=subprocess.DEVNULL,
+            r = subprocess.run(["/usr/bin/time", "-f", "%e %M %U %S", "-o", tf.name, *argv], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, timeout=timeout, cwd=ROOT)
         except subprocess.TimeoutExpired:
-            return float("nan"), float("nan"), f"timeout after {timeout:.0f} s"
+            return float("nan"), float("nan"), float("nan"), f"timeout after {timeout:.0f} s"
         fields = tf.read().split()
     if r.returncode != 0:
         err = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
-        return float("nan"), float("nan"), f"exit {r.returncode}: {err[:300]}"
-    wall, kib = float(fields[-2]), float(fields[-1])
-    return wall, kib / 1024.0, ""
+        return float("nan"), float("nan"), float("nan"), f"exit {r.returncode}: {err[:300]}"
+    wall, kib, user, system = (float(x) for x in fields[-4:])
+    return wall, kib / 1024.0, user + system, ""
 
 
-def measure(tool: str, model: str, argv: list[str], runs: int, timeout: float) -> Measurement:
-    samples: list[tuple[float, float]] = []
-    for _ in range(runs):
-        wall, rss, err = time_once(argv, timeout)
-        if err:
-            return Measurement(tool, model, float("nan"), float("nan"), samples, False, err, _show(argv))
-        samples.append((wall, rss))
+def summarize(tool: str, model: str, argv: list[str], samples: list[tuple[float, float, float]],
+              error: str = "") -> Measurement:
+    if error or not samples:
+        return Measurement(tool, model, float("nan"), float("nan"), float("nan"), samples, False,
+                           error or "no samples", _show(argv))
     return Measurement(tool, model, statistics.median(s[0] for s in samples),
-                       statistics.median(s[1] for s in samples), samples, True, "", _show(argv))
+                       statistics.median(s[1] for s in samples), statistics.median(s[2] for s in samples),
+                       samples, True, "", _show(argv))
+
+
+def measure_round_robin(model: str, commands: dict[str, list[str]], runs: int, timeout: float
+                        ) -> list[Measurement]:
+    """``runs`` rounds, each running every tool once in turn, so a burst of other load on the machine hits
+    all tools alike instead of one tool's three runs. A tool that fails is dropped from later rounds."""
+    samples: dict[str, list[tuple[float, float, float]]] = {t: [] for t in commands}
+    errors: dict[str, str] = {}
+    for r in range(runs):
+        for tool, argv in commands.items():
+            if tool in errors:
+                continue
+            wall, rss, cpu, err = time_once(argv, timeout)
+            if err:
+                errors[tool] = err
+                print(f"  {model:12s} {tool:18s} run {r + 1}: FAILED {err}", file=sys.stderr, flush=True)
+                continue
+            samples[tool].append((wall, rss, cpu))
+            print(f"  {model:12s} {tool:18s} run {r + 1}: {wall:.2f} s wall, {cpu:.2f} s CPU, {rss:,.0f} MiB",
+                  file=sys.stderr, flush=True)
+    return [summarize(t, model, commands[t], samples[t], errors.get(t, "")) for t in commands]
 
 
 def _show(argv: list[str]) -> str:
@@ -161,17 +184,19 @@ def _show(argv: list[str]) -> str:
 
 
 def inprocess(path: Path, runs: int, timeout: float) -> dict[str, float]:
-    """Median in-process import time and analyze()+to_json() time (fresh process each run)."""
-    imports, work = [], []
+    """Median in-process import time and analyze()+to_json() wall and CPU time (fresh process each run)."""
+    imports, work, cpu = [], [], []
     for _ in range(runs):
         r = subprocess.run([_graphcost_python(), "-c", INPROC_SNIPPET, str(path)], capture_output=True, text=True,
                            timeout=timeout, cwd=ROOT)
         if r.returncode != 0:
             raise RuntimeError(f"in-process graphcost on {path.name} failed: {r.stderr.strip()[-300:]}")
-        a, b, _ = r.stdout.split()
+        a, b, c, _ = r.stdout.split()
         imports.append(float(a))
         work.append(float(b))
-    return {"import_s": statistics.median(imports), "analyze_s": statistics.median(work)}
+        cpu.append(float(c))
+    return {"import_s": statistics.median(imports), "analyze_s": statistics.median(work),
+            "analyze_cpu_s": statistics.median(cpu)}
 
 
 def versions() -> dict[str, object]:
@@ -182,8 +207,12 @@ def versions() -> dict[str, object]:
     peers = subprocess.run([str(PEERS_VENV / "bin" / "python"), "-c", code, "onnx-tool", "onnxslim", "onnxsim",
                             "onnx-shape-inference", "onnx-ir", "onnx", "protobuf", "numpy", "sympy"],
                            capture_output=True, text=True).stdout
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "graphcost", "passes",
+                            "hardware"], capture_output=True, text=True, cwd=ROOT)
     return {"project_venv": json.loads(ours or "{}"), "peers_venv": json.loads(peers or "{}"),
-            "python": platform.python_version()}
+            "python": platform.python_version(), "graphcost_commit": git.stdout.strip(),
+            "graphcost_uncommitted": sorted(line[3:] for line in dirty.stdout.splitlines())}
 
 
 def machine() -> dict[str, object]:
@@ -237,57 +266,69 @@ def gpt2_rows(results: list[Measurement], model: str) -> dict[str, object]:
     return out
 
 
+def _verdict(ok: object) -> str:
+    return "PASS" if ok else "FAIL"
+
+
 def markdown(results: list[Measurement], summary: list[dict[str, object]], synth: list[dict[str, object]],
              synth_verdict: dict[str, object]) -> str:
-    lines = ["| model | tool | wall s (median of runs) | peak RSS MiB | graphcost ÷ this (time / RSS) |",
-             "|---|---|---:|---:|---|"]
+    lines: list[str] = []
+    if results:
+        lines += ["| model | tool | wall s (median) | CPU s (user+sys) | peak RSS MiB | graphcost ÷ this "
+                  "(wall / RSS) |", "|---|---|---:|---:|---:|---|"]
     for model in GPT2:
         rows = [m for m in results if m.model == model]
-        if not rows:
-            continue
         gc = next((m for m in rows if m.tool == "graphcost"), None)
         for m in rows:
             if not m.ok:
-                lines.append(f"| {model} | {m.tool} | failed | | {m.error} |")
+                lines.append(f"| {model} | {m.tool} | failed | | | {m.error} |")
                 continue
             ratio = ""
             if gc is not None and gc.ok and m is not gc:
                 ratio = f"{gc.wall_s / m.wall_s:.3f} / {gc.rss_mib / m.rss_mib:.3f}"
             lines.append(f"| {model} | {'**graphcost**' if m is gc else m.tool} | {_fmt_s(m.wall_s)} | "
-                         f"{_fmt_mib(m.rss_mib)} | {ratio} |")
-    lines += ["", "| acceptance line | measured | target | verdict |", "|---|---|---|---|"]
+                         f"{_fmt_s(m.cpu_s)} | {_fmt_mib(m.rss_mib)} | {ratio} |")
+    if summary:
+        lines += ["", "| acceptance line | measured | target | verdict |", "|---|---|---|---|"]
     for s in summary:
         if s.get("verdict") == "incomplete":
             lines.append(f"| {s['model']} | incomplete | | n/a |")
             continue
-        lines.append(f"| {s['model']}: time vs fastest peer ({s['fastest_peer']}, {_fmt_s(s['fastest_peer_s'])} s) | "
-                     f"{s['time_ratio']:.3f}× | ≤ {TIME_RATIO}× | {'PASS' if s['time_pass'] else 'FAIL'} |")
-        lines.append(f"| {s['model']}: RSS vs lowest peer ({s['lowest_peer']}, {_fmt_mib(s['lowest_peer_mib'])} MiB)"
-                     f" | {s['rss_ratio']:.3f}× | ≤ {RSS_RATIO}× | {'PASS' if s['rss_pass'] else 'FAIL'} |")
+        lines.append(f"| {s['model']}: wall time vs fastest peer ({s['fastest_peer']}, "
+                     f"{_fmt_s(s['fastest_peer_s'])} s) | {s['time_ratio']:.3f}× | ≤ {TIME_RATIO}× | "
+                     f"{_verdict(s['time_pass'])} |")
+        lines.append(f"| {s['model']}: peak RSS vs lowest peer ({s['lowest_peer']}, "
+                     f"{_fmt_mib(s['lowest_peer_mib'])} MiB) | {s['rss_ratio']:.3f}× | ≤ {RSS_RATIO}× | "
+                     f"{_verdict(s['rss_pass'])} |")
         if "rss_ratio_default" in s:
-            lines.append(f"| {s['model']}: RSS vs lowest full-load peer ({s['lowest_default_peer']}), for reference"
-                         f" | {s['rss_ratio_default']:.3f}× | ≤ {RSS_RATIO}× | "
-                         f"{'pass' if s['rss_ratio_default'] <= RSS_RATIO else 'fail'} |")
+            lines.append(f"| {s['model']}: peak RSS vs lowest full-load peer ({s['lowest_default_peer']}), "
+                         f"for reference | {s['rss_ratio_default']:.3f}× | ≤ {RSS_RATIO}× | "
+                         f"{_verdict(s['rss_ratio_default'] <= RSS_RATIO).lower()} |")
         if "external_rss_pass" in s:
             gc = next(m for m in results if m.model == s["model"] and m.tool == "graphcost")
-            lines.append(f"| {s['model']}: graphcost peak RSS | {_fmt_mib(gc.rss_mib)} MiB | < {EXTERNAL_RSS_MIB:.0f} MiB"
-                         f" | {'PASS' if s['external_rss_pass'] else 'FAIL'} |")
+            lines.append(f"| {s['model']}: graphcost peak RSS | {_fmt_mib(gc.rss_mib)} MiB | "
+                         f"< {EXTERNAL_RSS_MIB:.0f} MiB | {_verdict(s['external_rss_pass'])} |")
     if synth:
-        lines += ["", "| synthetic graph | nodes | graphcost wall s | peak RSS MiB | µs/node (wall) | "
-                      "in-process analyze s | µs/node (in-process) |", "|---|---:|---:|---:|---:|---:|---:|"]
+        if lines:
+            lines.append("")
+        lines += ["| synthetic graph | nodes | graphcost wall s | CPU s | peak RSS MiB | µs/node wall | µs/node CPU "
+                  "| in-process analyze+to_json: wall s / CPU s | µs/node in-process CPU |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for s in synth:
-            lines.append(f"| {s['model']} | {s['nodes']:,} | {_fmt_s(s['wall_s'])} | {_fmt_mib(s['rss_mib'])} | "
-                         f"{s['us_per_node_wall']:.0f} | {_fmt_s(s['analyze_s'])} | {s['us_per_node_analyze']:.0f} |")
+            lines.append(f"| {s['model']} | {s['nodes']:,} | {_fmt_s(s['wall_s'])} | {_fmt_s(s['cpu_s'])} | "
+                         f"{_fmt_mib(s['rss_mib'])} | {s['us_per_node_wall']:.0f} | {s['us_per_node_cpu']:.0f} | "
+                         f"{_fmt_s(s['analyze_s'])} / {_fmt_s(s['analyze_cpu_s'])} | "
+                         f"{s['us_per_node_analyze_cpu']:.0f} |")
         v = synth_verdict
+        lines += ["", "| acceptance line | measured | target | verdict |", "|---|---|---|---|"]
         if "wall_100k_s" in v:
-            lines += ["", "| acceptance line | measured | target | verdict |", "|---|---|---|---|",
-                      f"| 100k-node graph, wall | {v['wall_100k_s']:.2f} s | < {SYNTH_LIMIT_S:.0f} s | "
-                      f"{'PASS' if v['wall_100k_pass'] else 'FAIL'} |"]
-        if "flat_wall" in v:
-            lines.append(f"| time/node flat 10k→100k (max/min, wall) | {v['flat_wall']:.2f} | ≤ {FLAT_LIMIT} | "
-                         f"{'PASS' if v['flat_wall_pass'] else 'FAIL'} |")
-            lines.append(f"| time/node flat 10k→100k (max/min, in-process) | {v['flat_analyze']:.2f} | ≤ {FLAT_LIMIT} | "
-                         f"{'PASS' if v['flat_analyze_pass'] else 'FAIL'} |")
+            lines.append(f"| 100k-node graph, wall | {v['wall_100k_s']:.2f} s | < {SYNTH_LIMIT_S:.0f} s | "
+                         f"{_verdict(v['wall_100k_pass'])} |")
+        for key, label in (("wall", "process wall"), ("cpu", "process CPU"), ("analyze", "in-process wall"),
+                           ("analyze_cpu", "in-process CPU")):
+            if f"flat_{key}" in v:
+                lines.append(f"| time/node flat 10k→100k (max/min of µs/node, {label}) | {v[f'flat_{key}']:.2f} | "
+                             f"≤ {FLAT_LIMIT} | {_verdict(v[f'flat_{key}_pass'])} |")
     return "\n".join(lines)
 
 
@@ -311,31 +352,35 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{model_path(m)} missing: python bench/make_models.py --only {m}")
 
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    versions_at_start = versions()
+    machine_at_start = machine()
     results: list[Measurement] = []
     for model in (m for m in models if m in GPT2):
         path = model_path(model)
         warm_cache(path)
-        for tool, argv_ in tool_commands(model, path).items():
-            if tool not in tools:
-                continue
-            m = measure(tool, model, argv_, a.runs, a.timeout)
-            results.append(m)
-            state = f"{m.wall_s:.2f} s, {m.rss_mib:,.0f} MiB" if m.ok else f"FAILED {m.error}"
-            print(f"  {model:12s} {tool:18s} {state}", file=sys.stderr, flush=True)
+        commands = {t: argv_ for t, argv_ in tool_commands(model, path).items() if t in tools}
+        results += measure_round_robin(model, commands, a.runs, a.timeout)
 
     synth: list[dict[str, object]] = []
     for model in (m for m in models if m in SYNTHETIC_SIZES):
         path = model_path(model)
         n = SYNTHETIC_SIZES[model]
         warm_cache(path)
-        m = measure("graphcost", model, tool_commands(model, path)["graphcost"], a.runs, a.timeout)
+        m = measure_round_robin(model, {"graphcost": tool_commands(model, path)["graphcost"]}, a.runs, a.timeout)[0]
         if not m.ok:
-            raise SystemExit(f"graphcost failed on {model}: {m.error}")
-        ip = inprocess(path, a.runs, a.timeout)
-        synth.append({"model": model, "nodes": n, "wall_s": m.wall_s, "rss_mib": m.rss_mib, "runs": m.runs,
-                      "us_per_node_wall": m.wall_s / n * 1e6, **ip, "us_per_node_analyze": ip["analyze_s"] / n * 1e6})
-        print(f"  {model:14s} graphcost {m.wall_s:.2f} s, {m.rss_mib:,.0f} MiB; analyze() {ip['analyze_s']:.2f} s",
-              file=sys.stderr, flush=True)
+            print(f"  {model}: graphcost failed: {m.error}", file=sys.stderr)
+            continue
+        try:
+            ip = inprocess(path, a.runs, a.timeout)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"  {model}: {e}", file=sys.stderr)
+            continue
+        synth.append({"model": model, "nodes": n, "wall_s": m.wall_s, "cpu_s": m.cpu_s, "rss_mib": m.rss_mib,
+                      "runs": m.runs, "us_per_node_cpu": m.cpu_s / n * 1e6,
+                      "us_per_node_wall": m.wall_s / n * 1e6, **ip, "us_per_node_analyze": ip["analyze_s"] / n * 1e6,
+                      "us_per_node_analyze_cpu": ip["analyze_cpu_s"] / n * 1e6})
+        print(f"  {model:14s} graphcost {m.wall_s:.2f} s, {m.rss_mib:,.0f} MiB; analyze()+to_json() "
+              f"{ip['analyze_s']:.2f} s wall, {ip['analyze_cpu_s']:.2f} s CPU", file=sys.stderr, flush=True)
 
     summary = [gpt2_rows(results, m) for m in GPT2 if any(r.model == m for r in results)
                if any(r.model == m and r.tool == "graphcost" for r in results)]
@@ -345,15 +390,20 @@ def main(argv: list[str] | None = None) -> int:
         w = float(by["synthetic-100k"]["wall_s"])  # type: ignore[arg-type]
         synth_verdict.update(wall_100k_s=w, wall_100k_pass=w < SYNTH_LIMIT_S)
     if len(synth) >= 2 and "synthetic-10k" in by and "synthetic-100k" in by:
-        pw = [float(s["us_per_node_wall"]) for s in synth]  # type: ignore[arg-type]
-        pa = [float(s["us_per_node_analyze"]) for s in synth]  # type: ignore[arg-type]
-        synth_verdict.update(flat_wall=max(pw) / min(pw), flat_wall_pass=max(pw) / min(pw) <= FLAT_LIMIT,
-                             flat_analyze=max(pa) / min(pa), flat_analyze_pass=max(pa) / min(pa) <= FLAT_LIMIT)
+        for key in ("wall", "cpu", "analyze", "analyze_cpu"):
+            per = [float(s[f"us_per_node_{key}"]) for s in synth]  # type: ignore[arg-type]
+            synth_verdict[f"flat_{key}"] = max(per) / min(per)
+            synth_verdict[f"flat_{key}_pass"] = max(per) / min(per) <= FLAT_LIMIT
 
     table = markdown(results, summary, synth, synth_verdict)
     OUT.mkdir(parents=True, exist_ok=True)
+    versions_at_end = versions()
+    if versions_at_end != versions_at_start:
+        print("warning: graphcost changed during the run (commit or working tree); see versions_at_start/_end",
+              file=sys.stderr)
     doc = {"started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": a.runs,
-           "machine": machine(), "versions": versions(), "measurements": [asdict(m) for m in results],
+           "machine": {**machine_at_start, "load_avg_at_end": os.getloadavg()}, "versions": versions_at_start,
+           "versions_at_end": versions_at_end, "measurements": [asdict(m) for m in results],
            "summary": summary, "synthetic": synth, "synthetic_verdict": synth_verdict, "markdown": table}
     stamp = started.replace(":", "").replace("-", "")
     for name in (f"results-{stamp}.json", "latest.json"):

@@ -1,0 +1,96 @@
+"""Profile graphcost on one model: where the time goes, by stage and by function.
+
+    python bench/profile_graphcost.py bench/data/gpt2-medium.onnx [--top 25]
+
+Prints (1) wall time of each stage of ``graphcost.analyze`` + ``to_json`` (imports, load, shape inference,
+cost counting, roofline, fusion, liveness, batchnorm folding, report assembly, JSON), measured without the
+profiler, and (2) a cProfile of a second run (imports excluded), top functions by cumulative and by own time.
+The raw profile goes to bench/out/<model>.prof (open with ``python -m pstats`` or snakeviz).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+STAGES = ("load", "infer_shapes", "count_costs", "roofline", "fuse", "fusion_section", "liveness", "find_foldable")
+"""Functions that graphcost.api calls one after the other; each is timed where api looks it up (names that a
+given graphcost version lacks are skipped), so the breakdown follows the pipeline as it is."""
+
+
+def stages(path: str) -> list[tuple[str, float]]:
+    t = time.perf_counter()
+    import graphcost
+    from graphcost import api
+
+    out: list[tuple[str, float]] = [("import graphcost", time.perf_counter() - t)]
+    spent: dict[str, float] = {}
+    originals = {}
+    for name in STAGES:
+        fn = getattr(api, name, None)
+        if fn is None:
+            continue
+        originals[name] = fn
+
+        def timed(*args, _fn=fn, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - t0
+
+        setattr(api, name, timed)
+    try:
+        t = time.perf_counter()
+        report = graphcost.analyze(path)
+        whole = time.perf_counter() - t
+    finally:
+        for name, fn in originals.items():
+            setattr(api, name, fn)
+    out += [(f"  {name}", spent[name]) for name in STAGES if name in spent]
+    out.append(("  rest of analyze() (report assembly, dims, warnings)", whole - sum(spent.values())))
+    out.append(("analyze(), whole", whole))
+    t = time.perf_counter()
+    text = report.to_json()
+    out.append((f"Report.to_json ({len(text) / 1e6:.1f} MB)", time.perf_counter() - t))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model")
+    p.add_argument("--top", type=int, default=25)
+    a = p.parse_args(argv)
+    for name, s in stages(a.model):
+        print(f"{s:8.3f} s  {name}")
+
+    import graphcost
+
+    prof = cProfile.Profile()
+    prof.enable()
+    graphcost.analyze(a.model).to_json()
+    prof.disable()
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    dump = out / (Path(a.model).stem if Path(a.model).stem != "model" else Path(a.model).parent.name)
+    prof.dump_stats(str(dump.with_suffix(".prof")))
+    for key in ("cumulative", "tottime"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(a.top)
+        text = buf.getvalue()
+        print(f"\n===== by {key} =====")
+        print(text[text.find("   ncalls"):].rstrip())
+    print(f"\nprofile written to {dump.with_suffix('.prof')}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
