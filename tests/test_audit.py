@@ -166,6 +166,8 @@ def test_zoo_one_row_per_model_exit_0_inputs_untouched(tmp_path: Path, capsys: p
     assert summary["top_by_roofline_time_s"][0]["path"].endswith("tiny_cnn.onnx")
     csv_lines = (out / "summary.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + 9
+    page = (out / "summary.html").read_text()
+    assert page.count("tiny_cnn.onnx") >= 1 and "<svg" in page and "http" not in page.split("<body", 1)[-1].lower()
     assert "Ops without cost rules" in stdout and "com.acme::Frob" in stdout and "Failed models" in stdout
     assert "[9/9]" in err  # plain progress lines when stderr is not a terminal
     timings = [json.loads(line) for line in (out / "timings.jsonl").read_text().splitlines()]

@@ -4,6 +4,7 @@
     OUT/timings.jsonl   sidecar: elapsed_s and peak RSS per model (not compared, not part of a row)
     OUT/summary.csv     one line per model, rewritten from the rows at the end
     OUT/summary.json    the zoo summary (summary.py), rewritten at the end
+    OUT/summary.html    the same rows as one sortable offline page with a small roofline per model
     OUT/.lock           locked (lockf) while an audit writes here (a second audit on OUT is refused)
 
 A kill can leave at most one partial line at the end of results.jsonl: reading drops it and truncates
@@ -26,6 +27,7 @@ RESULTS = "results.jsonl"
 TIMINGS = "timings.jsonl"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_JSON = "summary.json"
+SUMMARY_HTML = "summary.html"
 LOCK = ".lock"
 
 CSV_COLUMNS = (
@@ -106,8 +108,12 @@ class Store:
         _replace(self.path(RESULTS), "".join(row_line(r) for r in rows))
 
     def write_summary(self, rows: Iterable[Mapping[str, Any]], summary: Mapping[str, Any]) -> None:
+        rows = list(rows)
         _replace(self.path(SUMMARY_CSV), render_csv(rows))
         _replace(self.path(SUMMARY_JSON), json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        from graphcost.report.html_audit import render_audit_html  # the human-readable page, one row per model
+
+        _replace(self.path(SUMMARY_HTML), render_audit_html(rows))
 
 
 def _append_line(path: str, data: bytes, *, sync: bool) -> None:
