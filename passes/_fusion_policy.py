@@ -33,8 +33,11 @@ What it never fuses::
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType, SimpleNamespace
+from typing import Protocol
 
 from graphcost._dims import Dim, numel, prod
 from graphcost._sym import sympy
@@ -79,6 +82,9 @@ class Code(str, enum.Enum):
     WOULD_CREATE_CYCLE = "would_create_cycle"  # joining would also pull in a path that cannot join
     MULTI_CONSUMER = "multi_consumer"  # the tensor has consumers that land in different groups
 
+
+_V = SimpleNamespace(**{c.name: c.value for c in Code})
+"""``_V.X`` as ``_V.X``: reading ``.value`` off an Enum member is a Python-level property call."""
 
 CODE_TEXT: Mapping[str, str] = {
     "non_fusable": "non-fusable op",
@@ -175,41 +181,102 @@ class NodeInfo:
     @property
     def kernel(self) -> bool:
         """Does this node run as (part of) a kernel? Views and free ops do not."""
-        return self.role not in (Role.VIEW, Role.FREE)
+        return self.role not in _NOT_KERNEL
+
+
+# The roles as module constants: reading a member off the Enum class, or hashing one, is a Python-level call,
+# and the per-node code below does it for every node.
+_ANCHOR, _ELEMENTWISE, _REDUCTION, _VIEW = Role.ANCHOR, Role.ELEMENTWISE, Role.REDUCTION, Role.VIEW
+_MOVEMENT, _OPAQUE, _CONTROL, _FREE = Role.MOVEMENT, Role.OPAQUE, Role.CONTROL, Role.FREE
+_NOT_KERNEL = (_VIEW, _FREE)
+_NEW, _SET = object.__new__, object.__setattr__
+
+
+def node_info(name: str, op_type: str, role: Role, detail: str, numel: Dim | None, in_numel: Dim | None,
+              rows: Dim | None, dtype: str, cast: tuple[str, str] | None = None) -> NodeInfo:
+    """``NodeInfo(...)``, built without the frozen dataclass's one ``__setattr__`` per field (same object)."""
+    info = _NEW(NodeInfo)
+    _SET(info, "__dict__", {"name": name, "op_type": op_type, "role": role, "detail": detail, "numel": numel,
+                            "in_numel": in_numel, "rows": rows, "dtype": dtype, "cast": cast})
+    return info
+
+
+def is_opaque(role: Role) -> bool:
+    """``role in NON_FUSABLE``, without hashing the role."""
+    return role is _MOVEMENT or role is _OPAQUE or role is _CONTROL
 
 
 def classify(graph: Graph, node: Node) -> NodeInfo:
     """The fusion role and iteration space of one node (registry kind, refined by ROLE_OVERRIDES)."""
-    entry = lookup(node.domain, node.op_type)
+    return _classify(graph, node, {}, {})
+
+
+def classify_all(graph: Graph, nodes: Iterable[Node]) -> dict[str, NodeInfo]:
+    """:func:`classify` of many nodes of one graph, sharing the registry look-ups and element counts."""
+    roles: dict[tuple[str, str], tuple[Role, str]] = {}
+    numels: dict[tuple[Dim, ...], Dim] = {}
+    return {n.name: _classify(graph, n, roles, numels) for n in nodes}
+
+
+def _role_of(domain: str, op_type: str) -> tuple[Role, str]:
+    """(role, detail) from the registry kind and ROLE_OVERRIDES, before the per-node refinements."""
+    entry = lookup(domain, op_type)
+    if op_type in ROLE_OVERRIDES and (entry is None or entry.domain in ("ai.onnx", "com.microsoft")):
+        return ROLE_OVERRIDES[op_type]
+    if entry is None:
+        return Role.OPAQUE, f"unknown op {domain}::{op_type} (no rule)"
     detail = ""
-    if node.op_type in ROLE_OVERRIDES and (entry is None or entry.domain in ("ai.onnx", "com.microsoft")):
-        role, detail = ROLE_OVERRIDES[node.op_type]
-    elif entry is None:
-        role, detail = Role.OPAQUE, f"unknown op {node.domain}::{node.op_type} (no rule)"
-    else:
-        role = _KIND_ROLE[entry.kind]
-        if entry.kind == Kind.RECURRENT:
-            detail = "recurrent (runs its own loop over the sequence)"
-        elif entry.kind == Kind.CONTROL:
-            detail = "control flow (its body runs as kernels of its own)"
-        elif entry.kind == Kind.MOVEMENT:
-            detail = "layout change" if node.op_type in LAYOUT_OPS else "movement (copies data)"
-    if node.op_type == "BatchNormalization" and not _bn_training(node):
-        role = Role.ELEMENTWISE  # inference BN is one multiply-add per element
-    out = graph.tensor(node.outputs[0]) if node.outputs and node.outputs[0] else None
-    inp = graph.tensor(node.inputs[0]) if node.inputs and node.inputs[0] else None
-    if role is Role.VIEW:
+    if entry.kind == Kind.RECURRENT:
+        detail = "recurrent (runs its own loop over the sequence)"
+    elif entry.kind == Kind.CONTROL:
+        detail = "control flow (its body runs as kernels of its own)"
+    elif entry.kind == Kind.MOVEMENT:
+        detail = "layout change" if op_type in LAYOUT_OPS else "movement (copies data)"
+    return _KIND_ROLE[entry.kind], detail
+
+
+def _classify(graph: Graph, node: Node, roles: dict[tuple[str, str], tuple[Role, str]],
+              numels: dict[tuple[Dim, ...], Dim]) -> NodeInfo:
+    op = node.op_type
+    key = (node.domain, op)
+    found = roles.get(key)
+    if found is None:
+        found = roles[key] = _role_of(node.domain, op)
+    role, detail = found
+    if op == "BatchNormalization" and not _bn_training(node):
+        role = _ELEMENTWISE  # inference BN is one multiply-add per element
+    inputs, outputs = node.inputs, node.outputs
+    tensor = graph.tensor
+    out = tensor(outputs[0]) if outputs and outputs[0] else None
+    inp = tensor(inputs[0]) if inputs and inputs[0] else None
+    if role is _VIEW:
         why_not = _not_a_view(graph, node)
         if why_not:
-            role, detail = Role.MOVEMENT, why_not
-    out_n = None if out is None or out.shape is None else numel(out.shape)
-    in_n = None if inp is None or inp.shape is None else numel(inp.shape)
-    rows = _rows(node, inp.shape if inp is not None else None, out_n) if role is Role.REDUCTION else None
-    dtype = next((t.dtype for t in (graph.tensor(i) for i in node.inputs if i) if t is not None), "unknown")
-    cast = None
-    if node.op_type in CAST_OPS and out is not None:
-        cast = (dtype, out.dtype)
-    return NodeInfo(node.name, node.op_type, role, detail, out_n, in_n, rows, dtype, cast)
+            role, detail = _MOVEMENT, why_not
+    out_n = in_n = None
+    if out is not None:
+        shape = out.shape
+        if shape is not None:
+            out_n = numels.get(shape)
+            if out_n is None:
+                out_n = numels[shape] = numel(shape)
+    in_shape = None if inp is None else inp.shape
+    if in_shape is not None:
+        in_n = numels.get(in_shape)
+        if in_n is None:
+            in_n = numels[in_shape] = numel(in_shape)
+    rows = _rows(node, in_shape, out_n) if role is _REDUCTION else None
+    if inp is not None:
+        dtype = inp.dtype
+    else:
+        dtype = "unknown"
+        for i in inputs:
+            t = tensor(i) if i else None
+            if t is not None:
+                dtype = t.dtype
+                break
+    cast = (dtype, out.dtype) if op in CAST_OPS and out is not None else None
+    return node_info(node.name, op, role, detail, out_n, in_n, rows, dtype, cast)
 
 
 def _bn_training(node: Node) -> bool:
@@ -270,6 +337,11 @@ def same(a: Dim, b: Dim) -> bool:
     """Equal counts, also when symbolic (``batch*seq*768`` vs ``768*seq*batch``)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
+    return _same_symbolic(a, b)
+
+
+@functools.lru_cache(maxsize=65536)
+def _same_symbolic(a: Dim, b: Dim) -> bool:
     return bool(sympy.expand(a - b) == 0)
 
 
@@ -354,7 +426,7 @@ def same_compute_dtype(c: Candidate) -> Refusal | None:
             seen[k.dtype] = k.name
     if len(seen) > 1:
         (d1, n1), (d2, n2) = list(seen.items())[:2]
-        return Refusal(Code.DIFFERENT_DTYPE.value,
+        return Refusal(_V.DIFFERENT_DTYPE,
                        f"different compute dtype: {n1} computes in {d1} but {n2} in {d2}")
     return None
 
@@ -365,7 +437,7 @@ def max_nodes(limit: int) -> Predicate:
     def check(c: Candidate) -> Refusal | None:
         n = len(c.kernels)
         if n > limit:
-            return Refusal(Code.SIZE_LIMIT.value, f"the group would hold {n} ops (limit {limit})")
+            return Refusal(_V.SIZE_LIMIT, f"the group would hold {n} ops (limit {limit})")
         return None
 
     check.__name__ = f"max_nodes_{limit}"
@@ -384,44 +456,223 @@ POLICIES: Mapping[str, Policy] = {"ideal": IDEAL, "none": NONE}
 # --------------------------------------------------------------------------- legality
 def non_fusable_refusal(i: NodeInfo) -> Refusal:
     if i.role is Role.CONTROL:
-        return Refusal(Code.CONTROL_FLOW.value, f"{i.name} ({i.op_type}) is control flow; its body runs as "
+        return Refusal(_V.CONTROL_FLOW, f"{i.name} ({i.op_type}) is control flow; its body runs as "
                                                 "kernels of its own")
     if i.role is Role.MOVEMENT and (i.op_type in LAYOUT_OPS or "storage size" in i.detail):
         what = i.detail if "storage size" in i.detail else "reorders elements"
-        return Refusal(Code.LAYOUT_CHANGE.value, f"layout change: {i.name} ({i.op_type}) {what}; it runs as a "
+        return Refusal(_V.LAYOUT_CHANGE, f"layout change: {i.name} ({i.op_type}) {what}; it runs as a "
                                                  "kernel of its own")
-    return Refusal(Code.NON_FUSABLE.value, f"{i.name} ({i.op_type}) is not fusable: {i.detail or i.role.value}")
+    return Refusal(_V.NON_FUSABLE, f"{i.name} ({i.op_type}) is not fusable: {i.detail or i.role.value}")
 
 
 DEQUANTIZE_OPS = frozenset({"DequantizeLinear", "DynamicDequantizeLinear"})
 
 
-def _prologue(c: Candidate, anchor: NodeInfo, dequant: bool) -> tuple[NodeInfo | None, set[str]]:
+class Summary:
+    """What the legality rules need to know about a set of nodes, without walking it: counts, the one
+    anchor or non-fusable node, the reductions, and per element count the first elementwise node with it.
+
+    Entries are ``(position, NodeInfo)``, position being the node's place in the order the rules read the
+    nodes in ("the first reduction" is the one with the smallest position). A summary is never changed once
+    built: :meth:`merged` makes a new one, which is how a fusion group's summary follows its merges.
+    """
+
+    __slots__ = ("anchors", "cast", "ew", "gout", "kernels", "mask", "n_ew", "nonfusable", "reductions", "size",
+                 "views")
+
+    def __init__(self, size: int, views: int, kernels: int, n_ew: int, nonfusable: tuple[int, NodeInfo] | None,
+                 cast: tuple[int, NodeInfo] | None, anchors: tuple[tuple[int, NodeInfo], ...],
+                 reductions: tuple[tuple[int, NodeInfo], ...], ew: Mapping[Dim | None, tuple[int, NodeInfo]],
+                 gout: tuple[tuple[int, str], ...]) -> None:
+        self.mask = ((nonfusable is not None and _M_OPAQUE) | (bool(gout) and _M_GOUT) | (bool(anchors) and _M_ANCHOR)
+                     | (bool(reductions) and _M_REDUCTION) | (bool(n_ew) and _M_EW) | (bool(views) and _M_VIEW)
+                     | (cast is not None and _M_CAST))  # which of the fields below are set, for a quick union
+        self.size = size
+        self.views = views  # members whose role is VIEW
+        self.kernels = kernels  # members that run as (part of) a kernel
+        self.n_ew = n_ew  # ELEMENTWISE members
+        self.nonfusable = nonfusable  # the first member whose role is in NON_FUSABLE
+        self.cast = cast  # the first elementwise member that casts
+        self.anchors = anchors  # ANCHOR members, in order
+        self.reductions = reductions  # REDUCTION members, in order
+        self.ew = ew  # element count → the first ELEMENTWISE member writing that many
+        self.gout = gout  # members that write a graph output some node reads
+
+    @classmethod
+    def of(cls, info: NodeInfo, pos: int, writes_read_output: bool) -> Summary:
+        """One node: ``writes_read_output`` when it writes a graph output that a node (maybe a member) reads."""
+        role = info.role
+        entry = (pos, info)
+        gout = ((pos, info.name),) if writes_read_output else ()
+        if role is _ELEMENTWISE:
+            return cls(1, 0, 1, 1, None, None if info.cast is None else entry, (), (), {info.numel: entry}, gout)
+        if role is _ANCHOR:
+            return cls(1, 0, 1, 0, None, None, (entry,), (), _NO_EW, gout)
+        if role is _REDUCTION:
+            return cls(1, 0, 1, 0, None, None, (), (entry,), _NO_EW, gout)
+        if role is _VIEW:
+            return cls(1, 1, 0, 0, None, None, (), (), _NO_EW, gout)
+        if role is _FREE:
+            return cls(1, 0, 0, 0, None, None, (), (), _NO_EW, gout)
+        return cls(1, 0, 1, 0, entry if role in NON_FUSABLE else None, None, (), (), _NO_EW, gout)
+
+    @classmethod
+    def merged(cls, parts: Sequence[Summary]) -> Summary:
+        """The summary of the union of disjoint node sets."""
+        size = views = kernels = n_ew = 0
+        nonfusable = cast = None
+        anchors: tuple[tuple[int, NodeInfo], ...] = ()
+        reductions: tuple[tuple[int, NodeInfo], ...] = ()
+        gout: tuple[tuple[int, str], ...] = ()
+        ew: Mapping[Dim | None, tuple[int, NodeInfo]] | None = None
+        more: list[Mapping[Dim | None, tuple[int, NodeInfo]]] = []
+        for p in parts:
+            size += p.size
+            views += p.views
+            kernels += p.kernels
+            n_ew += p.n_ew
+            q = p.nonfusable
+            if q is not None and (nonfusable is None or q[0] < nonfusable[0]):
+                nonfusable = q
+            q = p.cast
+            if q is not None and (cast is None or q[0] < cast[0]):
+                cast = q
+            if p.anchors:
+                anchors = _by_pos(anchors + p.anchors) if anchors else p.anchors
+            if p.reductions:
+                reductions = _by_pos(reductions + p.reductions) if reductions else p.reductions
+            if p.gout:
+                gout = tuple(sorted(gout + p.gout)) if gout else p.gout
+            if p.ew:
+                if ew is None:
+                    ew = p.ew  # shared, never changed
+                else:
+                    more.append(p.ew)
+        if more:
+            union = dict(ew)  # type: ignore[arg-type]
+            for e in more:
+                for k, v in e.items():
+                    got = union.get(k)
+                    if got is None or v[0] < got[0]:
+                        union[k] = v
+            ew = union
+        return cls(size, views, kernels, n_ew, nonfusable, cast, anchors, reductions,
+                   _NO_EW if ew is None else ew, gout)
+
+
+_NO_EW: Mapping[Dim | None, tuple[int, NodeInfo]] = MappingProxyType({})
+_M_OPAQUE, _M_GOUT, _M_ANCHOR, _M_REDUCTION, _M_EW, _M_VIEW, _M_CAST = 1, 2, 4, 8, 16, 32, 64
+
+
+def _by_pos(entries: tuple[tuple[int, NodeInfo], ...]) -> tuple[tuple[int, NodeInfo], ...]:
+    return tuple(sorted(entries, key=_first))
+
+
+def _first(entry: tuple[int, NodeInfo]) -> int:
+    return entry[0]
+
+
+class Members(Protocol):
+    """The node set of a proposed group, for the rules that walk the graph (see :func:`check_parts`)."""
+
+    def __contains__(self, node: object) -> bool: ...
+
+    def input_producers(self, node: str) -> Iterable[str]:
+        """The nodes writing ``node``'s inputs, in input order (only those that could be members matter)."""
+        ...
+
+    def output_readers(self, node: str) -> Iterable[tuple[str, Iterable[str]]]:
+        """(tensor, nodes reading it) for each graph output ``node`` writes, in output order."""
+        ...
+
+    def nodes(self) -> tuple[str, ...]:
+        """All members in order."""
+        ...
+
+
+class _CandidateMembers:
+    """:class:`Members` of a :class:`Candidate`, its nodes read in the order given."""
+
+    def __init__(self, c: Candidate) -> None:
+        self.c = c
+        self.set = set(c.nodes)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.set
+
+    def input_producers(self, node: str) -> Iterable[str]:
+        graph = self.c.graph
+        return [p.name for t in graph.node(node).inputs if t and (p := graph.producer(t)) is not None]
+
+    def output_readers(self, node: str) -> Iterable[tuple[str, Iterable[str]]]:
+        graph = self.c.graph
+        outputs = set(graph.output_names)
+        return [(t, [x.name for x in graph.consumers(t)]) for t in graph.node(node).outputs if t in outputs]
+
+    def nodes(self) -> tuple[str, ...]:
+        return self.c.nodes
+
+
+def summarize(c: Candidate) -> Summary:
+    """The summary of a candidate's nodes, positions being their places in ``c.nodes``."""
+    outputs = set(c.graph.output_names)
+    parts = []
+    for i, n in enumerate(c.nodes):
+        writes = any(t in outputs and c.graph.consumers(t) for t in c.graph.node(n).outputs)
+        parts.append(Summary.of(c.infos[n], i, writes))
+    return Summary.merged(parts)
+
+
+def _prologue(members: Members, infos: Mapping[str, NodeInfo], anchor: NodeInfo,
+              dequant: bool) -> tuple[NodeInfo | None, set[str]]:
     """The first member that feeds the anchor other than views (and DequantizeLinear, with ``dequant``), if any,
     and the members that feed it legally."""
-    members = set(c.nodes)
     stack = [anchor.name]
     seen = {anchor.name}
     while stack:
-        node = c.graph.node(stack.pop())
-        for t in node.inputs:
-            p = c.graph.producer(t) if t else None
-            if p is None or p.name not in members or p.name in seen:
+        for p in members.input_producers(stack.pop()):
+            if p in seen or p not in members:
                 continue
-            seen.add(p.name)
-            info = c.infos[p.name]
-            if info.role is not Role.VIEW and not (dequant and info.op_type in DEQUANTIZE_OPS):
+            seen.add(p)
+            info = infos[p]
+            if info.role is not _VIEW and not (dequant and info.op_type in DEQUANTIZE_OPS):
                 return info, seen
-            stack.append(p.name)
+            stack.append(p)
     return None, seen - {anchor.name}
 
 
 def _space(i: NodeInfo, allowed: Iterable[Dim], what: str) -> Refusal | None:
     if i.numel is None:
-        return Refusal(Code.SHAPE_UNKNOWN.value, f"the shape of {i.name} ({i.op_type}) is unknown")
+        return Refusal(_V.SHAPE_UNKNOWN, f"the shape of {i.name} ({i.op_type}) is unknown")
     if any(same(i.numel, a) for a in allowed):
         return None
-    return Refusal(Code.ITERATION_SPACE.value, f"{i.name} ({i.op_type}) writes {i.numel} elements but {what}")
+    return Refusal(_V.ITERATION_SPACE, f"{i.name} ({i.op_type}) writes {i.numel} elements but {what}")
+
+
+def _first_off_space(parts: Sequence[Summary], allowed: Sequence[Dim], skip: Collection[str],
+                     members: Members, infos: Mapping[str, NodeInfo]) -> NodeInfo | None:
+    """The first elementwise member not in ``skip`` whose element count is unknown or none of ``allowed``."""
+    best: tuple[int, NodeInfo] | None = None
+    for p in parts:
+        for count, entry in p.ew.items():
+            if count is not None:
+                for a in allowed:
+                    if same(count, a):
+                        break
+                else:
+                    a = None
+                if a is not None:
+                    continue
+            if entry[1].name in skip:  # the first of that count is skipped: look at every member
+                for n in members.nodes():
+                    i = infos[n]
+                    if i.role is _ELEMENTWISE and n not in skip and (
+                            i.numel is None or not any(same(i.numel, a) for a in allowed)):
+                        return i
+                return None
+            if best is None or entry[0] < best[0]:
+                best = entry
+    return None if best is None else best[1]
 
 
 def check(c: Candidate, policy: Policy) -> Refusal | None:
@@ -429,104 +680,136 @@ def check(c: Candidate, policy: Policy) -> Refusal | None:
 
     Order (the first that holds is the reason): non-fusable member (the edge's consumer, then its producer,
     then the rest), graph output inside, second anchor, prologue (dtype cast when it is a Cast), reduction
-    in an anchor's group, iteration spaces, the policy's capabilities, its predicates.
+    in an anchor's group, iteration spaces, the policy's capabilities, its predicates. "First" is in the
+    order of ``c.nodes``.
     """
-    members = set(c.nodes)
-    order = [c.consumer, c.producer, *[n for n in c.nodes if n not in (c.consumer, c.producer)]]
-    for n in order:
-        if n in members and c.infos[n].role in NON_FUSABLE:
-            return non_fusable_refusal(c.infos[n])
-    outputs = set(c.graph.output_names)
-    for n in c.nodes:
-        for t in c.graph.node(n).outputs:
-            if t in outputs and any(x.name in members for x in c.graph.consumers(t)):
-                return Refusal(Code.GRAPH_OUTPUT.value, f"{t} is a graph output and must be written to memory")
-    anchors = c.with_role(Role.ANCHOR)
-    if len(anchors) > 1:
-        a, b = anchors[:2]
-        return Refusal(Code.SECOND_ANCHOR.value, f"second compute anchor: {a.name} ({a.op_type}) and {b.name} "
-                                                 f"({b.op_type}); a kernel runs at most one")
-    reductions = c.with_role(Role.REDUCTION)
-    elementwise = c.with_role(Role.ELEMENTWISE)
-    if anchors:
-        a = anchors[0]
-        p, feeding = _prologue(c, a, "dequant_prologue" in policy.allow)
-        if p is not None and p.cast is not None:
-            return Refusal(Code.DTYPE_CAST.value, f"dtype cast: {p.name} casts {p.cast[0]}→{p.cast[1]} for anchor "
-                                                  f"{a.name}, which reads its operands from memory as stored")
-        if p is not None:
-            return Refusal(Code.PROLOGUE.value, f"{p.name} ({p.op_type}) feeds compute anchor {a.name} "
-                                                f"({a.op_type}); an anchor reads its operands from memory")
-        if reductions:
-            r = reductions[0]
-            return Refusal(Code.REDUCTION_IN_EPILOGUE.value, f"{r.name} ({r.op_type}) is a reduction; anchor "
-                                                             f"{a.name} takes only an elementwise epilogue")
-        if a.numel is None:
-            return Refusal(Code.SHAPE_UNKNOWN.value, f"the shape of {a.name} ({a.op_type}) is unknown")
-        for e in (e for e in elementwise if e.name not in feeding):
-            bad = _space(e, [a.numel], f"anchor {a.name} writes {a.numel}; an epilogue iterates its anchor's output")
-            if bad:
-                return bad
-    elif reductions:
-        first = reductions[0]
-        for r in reductions:
-            if r.in_numel is None or (r.rows is None and r.numel is None):
-                return Refusal(Code.SHAPE_UNKNOWN.value, f"the shape of {r.name} ({r.op_type}) is unknown")
+    return check_parts((summarize(c),), c.producer, c.consumer, c.tensor, policy, _CandidateMembers(c),
+                       c.infos, c.graph)
+
+
+def check_parts(parts: Sequence[Summary], producer: str, consumer: str, tensor: str, policy: Policy,
+                members: Members, infos: Mapping[str, NodeInfo], graph: Graph,
+                opaque: Callable[[NodeInfo], Refusal] = non_fusable_refusal) -> Refusal | None:
+    """:func:`check` of the union of disjoint node sets given by their summaries (the fusion pass keeps one
+    per group, so a proposed merge is checked without walking the groups). ``opaque`` is
+    :func:`non_fusable_refusal`, maybe cached."""
+    mask = 0
+    for p in parts:
+        mask |= p.mask
+    if mask & _M_OPAQUE:
+        for n in (consumer, producer):
+            if n in members and is_opaque(infos[n].role):
+                return opaque(infos[n])
+        first: tuple[int, NodeInfo] | None = None
+        for p in parts:
+            q = p.nonfusable
+            if q is not None and (first is None or q[0] < first[0]):
+                first = q
+        return opaque(first[1])  # type: ignore[index]
+    if mask & _M_GOUT:
+        for _, n in sorted(g for p in parts for g in p.gout):
+            for t, readers in members.output_readers(n):
+                if any(x in members for x in readers):
+                    return Refusal(_V.GRAPH_OUTPUT, f"{t} is a graph output and must be written to memory")
+    anchors: tuple[tuple[int, NodeInfo], ...] = ()
+    if mask & _M_ANCHOR:
+        for p in parts:
+            if p.anchors:
+                anchors += p.anchors
+        if len(anchors) > 1:
+            anchors = _by_pos(anchors)
+            a, b = anchors[0][1], anchors[1][1]
+            return Refusal(_V.SECOND_ANCHOR, f"second compute anchor: {a.name} ({a.op_type}) and {b.name} "
+                                             f"({b.op_type}); a kernel runs at most one")
+    reductions: tuple[tuple[int, NodeInfo], ...] = ()
+    if mask & _M_REDUCTION:
+        for p in parts:
+            if p.reductions:
+                reductions += p.reductions
         if len(reductions) > 1:
-            own = next((r for r in reductions if r.rows is None), None)
+            reductions = _by_pos(reductions)
+    if anchors:
+        a = anchors[0][1]
+        pro, feeding = _prologue(members, infos, a, "dequant_prologue" in policy.allow)
+        if pro is not None and pro.cast is not None:
+            return Refusal(_V.DTYPE_CAST, f"dtype cast: {pro.name} casts {pro.cast[0]}→{pro.cast[1]} for "
+                                          f"anchor {a.name}, which reads its operands from memory as stored")
+        if pro is not None:
+            return Refusal(_V.PROLOGUE, f"{pro.name} ({pro.op_type}) feeds compute anchor {a.name} "
+                                        f"({a.op_type}); an anchor reads its operands from memory")
+        if reductions:
+            r = reductions[0][1]
+            return Refusal(_V.REDUCTION_IN_EPILOGUE, f"{r.name} ({r.op_type}) is a reduction; anchor "
+                                                     f"{a.name} takes only an elementwise epilogue")
+        if a.numel is None:
+            return Refusal(_V.SHAPE_UNKNOWN, f"the shape of {a.name} ({a.op_type}) is unknown")
+        if mask & _M_EW:
+            e = _first_off_space(parts, (a.numel,), feeding, members, infos)
+            if e is not None:
+                return _space(e, [a.numel], f"anchor {a.name} writes {a.numel}; an epilogue iterates its anchor's "
+                                            "output")
+    elif reductions:
+        reds = [r for _, r in reductions]
+        first_r = reds[0]
+        for r in reds:
+            if r.in_numel is None or (r.rows is None and r.numel is None):
+                return Refusal(_V.SHAPE_UNKNOWN, f"the shape of {r.name} ({r.op_type}) is unknown")
+        if len(reds) > 1:
+            own = next((r for r in reds if r.rows is None), None)
             if own is not None:
-                other = next(r for r in reductions if r is not own)
-                return Refusal(Code.REDUCTION_MISMATCH.value,
+                other = next(r for r in reds if r is not own)
+                return Refusal(_V.REDUCTION_MISMATCH,
                                f"{own.name} ({own.op_type}) iterates a space of its own; it cannot share a loop "
                                f"nest with {other.name} ({other.op_type})")
-            for r in reductions[1:]:
-                if not (same(r.in_numel, first.in_numel) and same(r.rows, first.rows)):  # type: ignore[arg-type]
-                    return Refusal(Code.REDUCTION_MISMATCH.value,
-                                   f"{first.name} reduces {first.in_numel} elements to {first.rows} rows but "
+            for r in reds[1:]:
+                if not (same(r.in_numel, first_r.in_numel) and same(r.rows, first_r.rows)):  # type: ignore[arg-type]
+                    return Refusal(_V.REDUCTION_MISMATCH,
+                                   f"{first_r.name} reduces {first_r.in_numel} elements to {first_r.rows} rows but "
                                    f"{r.name} reduces {r.in_numel} to {r.rows}; they cannot share a loop nest")
-        spaces = [first.in_numel, first.rows if first.rows is not None else first.numel]
-        for e in elementwise:
-            bad = _space(e, [s for s in spaces if s is not None],
-                         f"reduction {first.name} iterates {spaces[0]} elements and {spaces[1]} rows")
-            if bad:
-                return bad
-    missing = _capabilities_needed(c, anchors, reductions, elementwise) - policy.allow
-    if missing:
-        return _capability_refusal(c, policy, sorted(missing, key=CAPABILITIES.index)[0])
-    for pred in policy.can_fuse:
-        out = pred(c)
-        if isinstance(out, Refusal):
-            return out
-        if out:
-            return Refusal(Code.POLICY.value, f"policy {policy.name}: {out}")
+        spaces = [first_r.in_numel, first_r.rows if first_r.rows is not None else first_r.numel]
+        allowed = [s for s in spaces if s is not None]
+        if mask & _M_EW:
+            e = _first_off_space(parts, allowed, (), members, infos)
+            if e is not None:
+                return _space(e, allowed, f"reduction {first_r.name} iterates {spaces[0]} elements and {spaces[1]} "
+                                          "rows")
+    allow = policy.allow
+    if len(allow) < len(CAPABILITIES):  # the capabilities the group needs, in CAPABILITIES order
+        if mask & _M_VIEW and "views" not in allow and (len(parts) > 1 or parts[0].size > 1):
+            return _capability_refusal(policy, "views", None)
+        if anchors and mask & _M_EW and "anchor_epilogues" not in allow:
+            return _capability_refusal(policy, "anchor_epilogues", None)
+        if (not anchors and not reductions and mask & _M_EW and "elementwise_chains" not in allow
+                and sum(p.n_ew for p in parts) > 1):
+            return _capability_refusal(policy, "elementwise_chains", None)
+        if reductions and (len(reductions) > 1 or mask & _M_EW) and "reduction_blocks" not in allow:
+            return _capability_refusal(policy, "reduction_blocks", None)
+        if mask & _M_CAST and "casts" not in allow and sum(p.kernels for p in parts) > 1:
+            cast: tuple[int, NodeInfo] | None = None
+            for p in parts:
+                q = p.cast
+                if q is not None and (cast is None or q[0] < cast[0]):
+                    cast = q
+            return _capability_refusal(policy, "casts", cast[1])  # type: ignore[index]
+    if policy.can_fuse:
+        candidate = Candidate(producer, consumer, tensor, members.nodes(), infos, graph)
+        for pred in policy.can_fuse:
+            out = pred(candidate)
+            if isinstance(out, Refusal):
+                return out
+            if out:
+                return Refusal(_V.POLICY, f"policy {policy.name}: {out}")
     return None
 
 
-def _capabilities_needed(c: Candidate, anchors: Sequence[NodeInfo], reductions: Sequence[NodeInfo],
-                         elementwise: Sequence[NodeInfo]) -> set[str]:
-    need: set[str] = set()
-    if len(c.nodes) > 1 and c.with_role(Role.VIEW):
-        need.add("views")
-    if anchors and elementwise:
-        need.add("anchor_epilogues")
-    if reductions and (len(reductions) > 1 or elementwise):
-        need.add("reduction_blocks")
-    if not anchors and not reductions and len(elementwise) > 1:
-        need.add("elementwise_chains")
-    if len(c.kernels) > 1 and any(i.cast is not None for i in elementwise):
-        need.add("casts")
-    return need
-
-
-def _capability_refusal(c: Candidate, policy: Policy, capability: str) -> Refusal:
-    if capability == "casts":
-        cast = next(i for i in c.with_role(Role.ELEMENTWISE) if i.cast is not None)
-        return Refusal(Code.DTYPE_CAST.value, f"dtype cast: {cast.name} casts {cast.cast[0]}→{cast.cast[1]}; "  # type: ignore[index]
+def _capability_refusal(policy: Policy, capability: str, cast: NodeInfo | None) -> Refusal:
+    if cast is not None:
+        return Refusal(_V.DTYPE_CAST, f"dtype cast: {cast.name} casts {cast.cast[0]}→{cast.cast[1]}; "  # type: ignore[index]
                                               f"policy {policy.name} runs casts as kernels of their own")
     what = {"views": "views into other ops", "anchor_epilogues": "a compute anchor with its epilogue",
             "elementwise_chains": "elementwise ops with each other",
             "reduction_blocks": "a reduction with its neighbours"}[capability]
-    return Refusal(Code.POLICY.value, f"policy {policy.name} does not fuse {what} (no {capability!r})")
+    return Refusal(_V.POLICY, f"policy {policy.name} does not fuse {what} (no {capability!r})")
 
 
 __all__ = [

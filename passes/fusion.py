@@ -29,22 +29,21 @@ not grouped (``group_of`` a body node is its control node's group).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from graphcost._dims import Dim, evaluate, simplify_dim
 from graphcost._sym import sympy
 from graphcost.graph import Graph, Node
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.ops import lookup
+from graphcost.passes._fusion_groups import Fuser
 from graphcost.passes._fusion_policy import (
     CAPABILITIES,
     CODE_TEXT,
     IDEAL,
-    NON_FUSABLE,
     NONE,
     POLICIES,
     Candidate,
@@ -54,15 +53,17 @@ from graphcost.passes._fusion_policy import (
     Predicate,
     Refusal,
     Role,
-    check,
-    classify,
+    classify_all,
+    is_opaque,
     max_nodes,
-    non_fusable_refusal,
     same_compute_dtype,
 )
 from graphcost.passes.costs import CostResult, NodeCost, tensor_bytes
 
 Number = int | float
+_T = TypeVar("_T")
+_MISSING = object()
+_ANCHOR, _VIEW, _FREE, _CONTROL = Role.ANCHOR, Role.VIEW, Role.FREE, Role.CONTROL
 
 
 @dataclass(frozen=True)
@@ -183,49 +184,84 @@ class _Storage:
     """Aliases (views share their input's storage), data readers of each storage, graph-output storages."""
 
     def __init__(self, graph: Graph, infos: Mapping[str, NodeInfo], reads: Mapping[str, tuple[str, ...]],
-                 order: list[str]) -> None:
+                 order: list[str], pos: Mapping[str, int] | None = None) -> None:
         self.graph = graph
         self.infos = infos
         self.reads = reads
-        self.pos = {n: i for i, n in enumerate(order)}
+        self.pos = pos if pos is not None else {n: i for i, n in enumerate(order)}
         self.base: dict[str, str] = {}
         self.readers: dict[str, list[str]] = {}
         self.producer: dict[str, str] = {}  # storage → the kernel node that writes it
+        self._bytes: dict[str, Dim | None] = {}
+        self._users: dict[str, list[str]] = {}  # tensor → the nodes (not free ones) reading it, in any slot
+        self.output_names = frozenset(graph.output_names)
+        base, readers, producer, users, node_of = self.base, self.readers, self.producer, self._users, graph.node
+        view, free = Role.VIEW, Role.FREE
         for n in order:
-            node = graph.node(n)
+            node = node_of(n)
             info = infos[n]
-            if info.role is Role.VIEW and node.inputs and node.inputs[0] and node.outputs:
-                self.base[node.outputs[0]] = self.base_of(node.inputs[0])
+            if info.role is not free:
+                for t in node.inputs:
+                    if t:
+                        got = users.get(t)
+                        if got is None:
+                            users[t] = [n]
+                        else:
+                            got.append(n)
             if info.kernel:
                 for t in reads[n]:
-                    self.readers.setdefault(self.base_of(t), []).append(n)
+                    b = base.get(t, t)
+                    got = readers.get(b)
+                    if got is None:
+                        readers[b] = [n]
+                    else:
+                        got.append(n)
                 for t in node.outputs:
                     if t:
-                        self.producer[t] = n
+                        producer[t] = n
+            elif info.role is view and node.inputs and node.inputs[0] and node.outputs:
+                base[node.outputs[0]] = base.get(node.inputs[0], node.inputs[0])
         self.output_storages = {self.base_of(t) for t in graph.output_names}
 
     def base_of(self, tensor: str) -> str:
         return self.base.get(tensor, tensor)
 
+    def users(self, tensor: str) -> list[str]:
+        """The nodes other than free ones that take ``tensor`` as an input (data or not)."""
+        return self._users.get(tensor, [])
+
+    def bytes_of(self, tensor: str) -> Dim | None:
+        """``tensor_bytes`` of a tensor, computed once."""
+        got = self._bytes.get(tensor, _MISSING)
+        if got is _MISSING:
+            got = self._bytes[tensor] = tensor_bytes(self.graph.tensor(tensor))
+        return got  # type: ignore[return-value]
+
     def crossing(self, members: set[str], runs: Callable[[str], bool] | None) -> Crossing:
+        reads, writes = self._crossing(sorted(members, key=lambda x: self.pos.get(x, -1)), members, runs)
+        return Crossing(tuple(reads.values()), tuple(writes.values()))
+
+    def _crossing(self, ordered: Iterable[str], members: Collection[str], runs: Callable[[str], bool] | None
+                  ) -> tuple[dict[str, tuple[str, str, Dim | None]], dict[str, tuple[str, str, Dim | None]]]:
+        """The reads and writes of :meth:`crossing`, keyed by storage; ``ordered`` is ``members`` in order."""
         reads: dict[str, tuple[str, str, Dim | None]] = {}
         writes: dict[str, tuple[str, str, Dim | None]] = {}
-        for n in sorted(members, key=lambda x: self.pos.get(x, -1)):
-            info = self.infos.get(n)
+        infos, base, producer, readers, node_of = self.infos, self.base, self.producer, self.readers, self.graph.node
+        for n in ordered:
+            info = infos.get(n)
             if info is None or not info.kernel:
                 continue
-            node = self.graph.node(n)
             for t in self.reads[n]:
-                b = self.base_of(t)
-                if b not in reads and self.producer.get(b) not in members:
-                    reads[b] = (t, n, tensor_bytes(self.graph.tensor(t)))
-            for t in node.outputs:
+                b = base.get(t, t)
+                if b not in reads and producer.get(b) not in members:
+                    reads[b] = (t, n, self.bytes_of(t))
+            for t in node_of(n).outputs:
                 if not t or t in writes:
                     continue
-                outside = (r for r in self.readers.get(t, ()) if r not in members)
-                if t in self.output_storages or any(runs is None or runs(r) for r in outside):
-                    writes[t] = (t, n, tensor_bytes(self.graph.tensor(t)))
-        return Crossing(tuple(reads.values()), tuple(writes.values()))
+                if t in self.output_storages or any(
+                        r not in members and (runs is None or runs(r)) for r in readers.get(t, ())):
+                    writes[t] = (t, n, self.bytes_of(t))
+        return reads, writes
 
 
 def data_reads(graph: Graph, node: Node, info: NodeInfo) -> tuple[str, ...]:
@@ -266,208 +302,36 @@ def sum_dims(values: Iterable[Dim | None]) -> Dim | None:
 
 
 # --------------------------------------------------------------------------- the grouping
-class _Fuser:
-    def __init__(self, graph: Graph, infos: Mapping[str, NodeInfo], reads: Mapping[str, tuple[str, ...]],
-                 policy: Policy, order: list[str]) -> None:
-        self.graph, self.infos, self.policy = graph, infos, policy
-        self.outputs = set(graph.output_names)
-        self.pos = {n: i for i, n in enumerate(order)}
-        self.topo = [n for n in order if infos[n].role is not Role.FREE]
-        self.succ: dict[str, list[str]] = {n: [] for n in self.topo}
-        self.pred: dict[str, list[str]] = {n: [] for n in self.topo}
-        self.readers: dict[str, list[str]] = {}
-        for n in self.topo:
-            for t in reads[n]:
-                if n not in self.readers.setdefault(t, []):
-                    self.readers[t].append(n)
-                p = graph.producer(t)
-                if p is not None and p.name in self.succ and infos[p.name].role is not Role.FREE:
-                    self.succ[p.name].append(n)
-                    self.pred[n].append(p.name)
-        self.parent = {n: n for n in self.topo}
-        self.members: dict[str, list[str]] = {n: [n] for n in self.topo}
-        self.order: list[str | None] = list(self.topo)
-        self.ord = {n: i for i, n in enumerate(self.topo)}
-        self.boundaries: dict[tuple[str, str, str], Boundary] = {}
-        self.recording = True
-
-    def find(self, n: str) -> str:
-        root = n
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[n] != root:
-            self.parent[n], n = root, self.parent[n]
-        return root
-
-    def _groups_next(self, g: str, edges: Mapping[str, list[str]]) -> set[str]:
-        return {self.find(s) for m in self.members[g] for s in edges[m]} - {g}
-
-    def _between(self, roots: set[str]) -> set[str]:
-        """Groups on a path that leaves ``roots`` and comes back: they must join too, or the merge is a cycle."""
-        lo, hi = min(self.ord[r] for r in roots), max(self.ord[r] for r in roots)
-        if hi - lo < len(roots):
-            return set()
-        back: set[str] = set()
-        stack = [p for r in roots for p in self._groups_next(r, self.pred) if p not in roots and self.ord[p] > lo]
-        while stack:
-            g = stack.pop()
-            if g not in back:
-                back.add(g)
-                stack.extend(p for p in self._groups_next(g, self.pred) if p not in roots and self.ord[p] > lo)
-        if not back:
-            return set()
-        fwd: set[str] = set()
-        stack = [s for r in roots for s in self._groups_next(r, self.succ) if s in back]
-        while stack:
-            g = stack.pop()
-            if g not in fwd:
-                fwd.add(g)
-                stack.extend(s for s in self._groups_next(g, self.succ) if s in back)
-        return fwd
-
-    def _merge(self, roots: set[str]) -> None:
-        ranked = sorted(roots, key=self.ord.__getitem__)
-        new, lo, hi = ranked[0], self.ord[ranked[0]], self.ord[ranked[-1]]
-        for r in ranked[1:]:
-            self.parent[r] = new
-            self.members[new].extend(self.members.pop(r))
-        # Keep the group order topological: within the window, the new group's descendants move after it.
-        window = [g for g in self.order[lo:hi + 1] if g is not None and g not in roots]
-        desc: set[str] = set()
-        stack = [s for s in self._groups_next(new, self.succ) if self.ord[s] <= hi]
-        while stack:
-            g = stack.pop()
-            if g not in desc:
-                desc.add(g)
-                stack.extend(s for s in self._groups_next(g, self.succ) if self.ord[s] <= hi)
-        seq = [g for g in window if g not in desc] + [new] + [g for g in window if g in desc]
-        self.order[lo:hi + 1] = seq + [None] * (hi - lo + 1 - len(seq))
-        for i, g in enumerate(seq):
-            self.ord[g] = lo + i
-
-    def _candidate(self, nodes: Iterable[str], producer: str, consumer: str, tensor: str) -> Candidate:
-        return Candidate(producer, consumer, tensor, tuple(sorted(nodes, key=self.pos.__getitem__)),
-                         self.infos, self.graph)
-
-    def _try(self, roots: set[str], producer: str, consumer: str, tensor: str, merge: bool) -> Refusal | None:
-        nodes = [m for r in roots for m in self.members[r]]
-        refusal = check(self._candidate(nodes, producer, consumer, tensor), self.policy)
-        if refusal is not None:
-            return refusal
-        between = self._between(roots)
-        if between:
-            extra = sorted((m for g in between for m in self.members[g]), key=self.pos.__getitem__)
-            inner = check(self._candidate([*nodes, *extra], producer, consumer, tensor), self.policy)
-            if inner is not None:
-                shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
-                return Refusal(Code.WOULD_CREATE_CYCLE.value,
-                               f"would create a cycle: joining {consumer} to {producer}'s group also needs the "
-                               f"{len(extra)} op(s) on the paths between them ({shown}), and then {inner.reason}")
-            roots = roots | between
-        if merge:
-            self._merge(roots)
-        return None
-
-    def _closure(self, consumer: str, tensor: str) -> list[str]:
-        """The consumer and, when it is a view of ``tensor``, everything that reads that storage."""
-        out, stack = [consumer], [(consumer, tensor)]
-        while stack:
-            n, t = stack.pop()
-            node = self.graph.node(n)
-            if self.infos[n].role is not Role.VIEW or not node.inputs or node.inputs[0] != t or not node.outputs:
-                continue
-            for r in self.readers.get(node.outputs[0], ()):
-                if r not in out:
-                    out.append(r)
-                    stack.append((r, node.outputs[0]))
-        return out
-
-    def _record(self, producer: str, consumer: str, tensor: str, refusal: Refusal) -> None:
-        if self.recording:
-            self.boundaries.setdefault((producer, consumer, tensor),
-                                       Boundary(producer, consumer, tensor, refusal.reason, refusal.code))
-
-    def run(self) -> None:
-        # Phase 0: every compute anchor takes its epilogue, the latest anchor first (a residual block's Add
-        # belongs to its main path, written after the shortcut's conv, as TVM and ORT assign it).
-        self.recording = False
-        for a in reversed([n for n in self.topo if self.infos[n].role is Role.ANCHOR]):
-            heap, done = [(self.pos[a], a)], set()
-            while heap:
-                _, p = heapq.heappop(heap)
-                if p in done or self.find(p) != self.find(a):
-                    continue
-                done.add(p)
-                self._visit_all(p)
-                heap.extend((self.pos[m], m) for m in self.members[self.find(a)] if m not in done)
-                heapq.heapify(heap)
-        # Phase 1: every producer in order; refusals become boundaries.
-        self.recording = True
-        for name in self.topo:
-            self._visit_all(name)
-
-    def _visit_all(self, name: str) -> None:
-        for t in self.graph.node(name).outputs:
-            direct = self.readers.get(t, []) if t else []
-            if direct:
-                self._visit(name, self.infos[name], t, direct)
-
-    def _visit(self, name: str, info: NodeInfo, t: str, direct: list[str]) -> None:
-        if info.role in NON_FUSABLE or t in self.outputs:
-            refusal = non_fusable_refusal(info) if info.role in NON_FUSABLE else Refusal(
-                Code.GRAPH_OUTPUT.value, f"{t} is a graph output and must be written to memory")
-            for c in direct:
-                self._record(name, c, t, refusal)
-            return
-        closures = {c: self._closure(c, t) for c in direct}
-        roots = {self.find(name)} | {self.find(x) for nodes in closures.values() for x in nodes}
-        if len(roots) == 1:
-            return
-        refusal = self._try(roots, name, direct[0], t, merge=True)
-        if refusal is None:
-            return
-        per: dict[str, Refusal | None] = {}
-        for c in direct:
-            if self.find(c) != self.find(name):
-                sub = {self.find(name)} | {self.find(x) for x in closures[c]}
-                per[c] = self._try(sub, name, c, t, merge=False)
-        failed = [c for c, r in per.items() if r is not None]
-        for c, r in per.items():
-            if r is None and failed:
-                f = failed[0]
-                why = CODE_TEXT.get(per[f].code, per[f].code)  # type: ignore[union-attr]
-                r = Refusal(Code.MULTI_CONSUMER.value,
-                            f"tensor used by several consumers: {t} is read by {len(direct)} ops "
-                            f"({', '.join(direct[:4])}{', ...' if len(direct) > 4 else ''}) that cannot all join "
-                            f"one group ({f}: {why}); it must be written and read back")
-            self._record(name, c, t, r or refusal)
-
-
 def fuse(graph: Graph, costs: CostResult, policy: Policy | str | None = None) -> FusionResult:
     """Partition the top-level nodes of ``graph`` into fusion groups under ``policy`` (default IDEAL)."""
     pol = _policy(policy)
     nodes = list(graph.nodes())
-    order = _order(graph, nodes)
-    infos = MappingProxyType({n.name: classify(graph, n) for n in nodes})
-    reads = MappingProxyType({n.name: data_reads(graph, n, infos[n.name]) for n in nodes})
-    fuser = _Fuser(graph, infos, reads, pol, order)
+    producers = {t: n.name for n in nodes for t in n.outputs if t}
+    order = _order(graph, nodes, producers)
+    infos = classify_all(graph, nodes)
+    reads = _data_reads_all(graph, nodes, infos)
+    fuser = Fuser(graph, infos, reads, pol, order, producers)
     fuser.run()
-    home: dict[str, str] = {n: fuser.find(n) for n in fuser.topo}
-    pos = {n: i for i, n in enumerate(order)}
+    pos = fuser.pos
+    home: dict[str, str] = fuser.grp
     for n in reversed(order):  # free ops (Constant, Shape) join their first consumer's group
-        if infos[n].role is Role.FREE:
+        if infos[n].role is _FREE:
             readers = sorted({c.name for t in graph.node(n).outputs if t for c in graph.consumers(t)},
                              key=pos.__getitem__)
             home[n] = next((home[r] for r in readers if r in home), n)
-    by_root: dict[str, list[str]] = {}
-    for n in (x.name for x in nodes):
-        by_root.setdefault(home[n], []).append(n)
-    node_costs = MappingProxyType({c.name: c for c in costs.nodes})
-    storage = _Storage(graph, infos, reads, order)
-    groups: list[FusionGroup] = []
+    by_root: dict[str, list[str]] = {}  # in order of each group's first node, as the groups are listed
+    for node in nodes:
+        got = by_root.get(home[node.name])
+        if got is None:
+            by_root[home[node.name]] = [node.name]
+        else:
+            got.append(node.name)
+    node_costs = {c.name: c for c in costs.nodes}
+    storage = _Storage(graph, infos, reads, order, pos)
+    in_order = order == [n.name for n in nodes]
+    groups = _groups(by_root.values(), graph, infos, node_costs, storage, in_order)
     index: dict[str, int] = {}
-    for i, members in enumerate(sorted(by_root.values(), key=lambda m: graph.node(m[0]).index)):
-        groups.append(_group(f"g{i}", members, graph, infos, node_costs, storage))
+    for i, members in enumerate(by_root.values()):
         for m in members:
             index[m] = i
     for c in costs.nodes:  # body nodes: their top-level ancestor's group
@@ -477,18 +341,62 @@ def fuse(graph: Graph, costs: CostResult, policy: Policy | str | None = None) ->
                 top = node_costs[top].parent if top in node_costs else None
             if top is not None:
                 index[c.name] = index[top]
-    boundaries = tuple(b for b in sorted(fuser.boundaries.values(), key=lambda b: (pos[b.producer], pos[b.consumer]))
-                       if index[b.producer] != index[b.consumer])
-    return FusionResult(pol.name, tuple(groups), boundaries, graph, node_costs, infos, MappingProxyType(index),
-                        storage)
+    rows = [b for b in fuser.boundaries if index[b[0]] != index[b[1]]]
+    rows.sort(key=lambda b: (pos[b[0]], pos[b[1]]))
+    boundaries = tuple(_frozen(Boundary, {"producer": b[0], "consumer": b[1], "tensor": b[2], "reason": b[3],
+                                          "code": b[4]}) for b in rows)
+    return FusionResult(pol.name, tuple(groups), boundaries, graph, MappingProxyType(node_costs),
+                        MappingProxyType(infos), MappingProxyType(index), storage)
 
 
-def _order(graph: Graph, nodes: list[Node]) -> list[str]:
-    """File order when it is topological (ONNX requires it; it keeps the exporter's main path first), else a sort."""
+_NEW, _SET = object.__new__, object.__setattr__
+
+
+def _frozen(cls: type[_T], fields: dict[str, Any]) -> _T:
+    """``cls(**fields)`` for a frozen dataclass without ``__post_init__``, minus the per-field ``__setattr__``
+    calls of its ``__init__`` (the same object: eq, hash and repr read the fields)."""
+    obj = _NEW(cls)
+    _SET(obj, "__dict__", fields)
+    return obj
+
+
+def _data_reads_all(graph: Graph, nodes: Iterable[Node], infos: Mapping[str, NodeInfo]) -> dict[str, tuple[str, ...]]:
+    """:func:`data_reads` of every node, the registry looked up once per op type."""
+    free_slots: dict[tuple[str, str], frozenset[int]] = {}
+    out: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        role = infos[node.name].role
+        if role is _FREE:
+            out[node.name] = ()
+            continue
+        key = (node.domain, node.op_type)
+        free = free_slots.get(key)
+        if free is None:
+            entry = lookup(node.domain, node.op_type)
+            free = free_slots[key] = entry.free_inputs if entry is not None else frozenset()
+        if free:
+            ins = [t for i, t in enumerate(node.inputs) if t and i not in free]
+        else:
+            ins = [t for t in node.inputs if t]
+        if role is _CONTROL:
+            ins += [t for t in _captured(graph, node) if graph.tensor(t) is not None]
+        out[node.name] = tuple(ins) if len(ins) < 2 else tuple(dict.fromkeys(ins))
+    return out
+
+
+def _order(graph: Graph, nodes: list[Node], producers: Mapping[str, str] | None = None) -> list[str]:
+    """File order when it is topological (ONNX requires it; it keeps the exporter's main path first), else a sort.
+
+    ``producers``: tensor → the node writing it, when the caller has it."""
+    if producers is None:
+        producers = {t: n.name for n in nodes for t in n.outputs if t}
     done: set[str] = set()
     for n in nodes:
-        if any((p := graph.producer(t)) is not None and p.name not in done for t in n.inputs if t):
-            return graph.topological_order()
+        for t in n.inputs:
+            if t:
+                p = producers.get(t)
+                if p is not None and p not in done:
+                    return graph.topological_order()
         done.add(n.name)
     return [n.name for n in nodes]
 
@@ -503,33 +411,125 @@ def _policy(policy: Policy | str | None) -> Policy:
     raise ValueError(f"unknown fusion policy {policy!r} (named policies: {', '.join(POLICIES)})")
 
 
-def _group(gid: str, members: list[str], graph: Graph, infos: Mapping[str, NodeInfo],
-           costs: Mapping[str, NodeCost], storage: _Storage) -> FusionGroup:
-    member_set = set(members)
-    kernels = [infos[m] for m in members if infos[m].kernel]
-    anchor = next((k.name for k in kernels if k.role is Role.ANCHOR), None)
-    dtype = infos[anchor].dtype if anchor else (kernels[0].dtype if kernels else infos[members[0]].dtype)
-    rows = [costs.get(m) for m in members]
-    flops = sum_dims(None if c is None else c.flops for c in rows)
-    unfused = sum_dims(None if c is None or c.bytes_read is None or c.bytes_written is None
-                    else c.bytes_read + c.bytes_written for c in rows)
-    opaque = any(k.role in NON_FUSABLE for k in kernels)  # such a node never shares its group with a kernel
-    crossing = storage.crossing(member_set, None)
-    # opaque control flow: its body's own kernels, as the costs pass counted them
-    fused = unfused if any(k.role is Role.CONTROL for k in kernels) else crossing.bytes
-    inputs = {storage.base_of(t): t for t, _, _ in crossing.reads}
-    if not kernels:  # views only: what they alias
+def _sum(values: list[Dim | None]) -> Dim | None:
+    """:func:`sum_dims`, quicker when every value is an int."""
+    total = 0
+    for v in values:
+        if type(v) is not int:
+            return sum_dims(values)
+        total += v
+    return total
+
+
+def _groups(lists: Iterable[list[str]], graph: Graph, infos: Mapping[str, NodeInfo],
+            costs: Mapping[str, NodeCost], storage: _Storage, in_order: bool) -> list[FusionGroup]:
+    """:func:`_group` of each list of members (in graph order), with ids ``g0``, ``g1``…, written out for speed."""
+    out: list[FusionGroup] = []
+    base, producer, readers, output_storages = storage.base, storage.producer, storage.readers, storage.output_storages
+    sreads, graph_outputs, users, nbytes = storage.reads, storage.output_names, storage._users, storage._bytes
+    node_of, tensor, missing, pos = graph.node, graph.tensor, _MISSING, storage.pos
+    new, set_dict, group_cls = _NEW, _SET, FusionGroup
+    for i, members in enumerate(lists):
+        single = len(members) == 1
+        if single:
+            n = members[0]
+            inside: Collection[str] = members
+            ordered = members
+            info = infos[n]
+            role = info.role
+            kernels = () if role is _VIEW or role is _FREE else (info,)
+            c = costs.get(n)
+            if c is None:
+                flops = unfused = None
+            else:
+                flops = c.flops
+                if type(flops) is not int:
+                    flops = sum_dims((flops,))
+                br, bw = c.bytes_read, c.bytes_written
+                if br is None or bw is None:
+                    unfused = None
+                else:
+                    unfused = br + bw
+                    if type(unfused) is not int:
+                        unfused = sum_dims((unfused,))
+        else:
+            inside = set(members)
+            ordered = members if in_order else sorted(inside, key=lambda x: pos.get(x, -1))
+            kernels = tuple(k for k in (infos[m] for m in members) if k.role is not _VIEW and k.role is not _FREE)
+            rows = [costs.get(m) for m in members]
+            flops = _sum([None if c is None else c.flops for c in rows])
+            unfused = _sum([None if c is None or c.bytes_read is None or c.bytes_written is None
+                            else c.bytes_read + c.bytes_written for c in rows])
+        # the storages crossing the border: read from outside once each, written for a reader outside once each
+        inputs: dict[str, str] = {}
+        moved: list[Dim | None] = []
+        written: list[str] = []
+        if kernels:
+            for m in ordered:
+                k = infos[m]
+                if k.role is _VIEW or k.role is _FREE:
+                    continue
+                for t in sreads[m]:
+                    b = base.get(t, t)
+                    if b not in inputs and producer.get(b) not in inside:
+                        inputs[b] = t
+                        got = nbytes.get(t, missing)
+                        if got is missing:
+                            got = nbytes[t] = tensor_bytes(tensor(t))
+                        moved.append(got)  # type: ignore[arg-type]
+                for t in node_of(m).outputs:
+                    if t and t not in written:
+                        if t not in output_storages:
+                            for r in readers.get(t, ()):
+                                if r not in inside:
+                                    break
+                            else:
+                                continue
+                        written.append(t)
+                        got = nbytes.get(t, missing)
+                        if got is missing:
+                            got = nbytes[t] = tensor_bytes(tensor(t))
+                        moved.append(got)  # type: ignore[arg-type]
+            anchor = next((k.name for k in kernels if k.role is _ANCHOR), None)
+            dtype = infos[anchor].dtype if anchor else kernels[0].dtype
+            opaque = False
+            control = False
+            for k in kernels:
+                if is_opaque(k.role):
+                    opaque = True  # such a node never shares its group with a kernel
+                    control = control or k.role is _CONTROL
+            if control:  # opaque control flow: its body's own kernels, as the costs pass counted them
+                fused = unfused
+            else:
+                fused = 0
+                for v in moved:
+                    if type(v) is not int:
+                        fused = sum_dims(moved)
+                        break
+                    fused += v
+        else:  # views only: what they alias
+            anchor, dtype, opaque, fused = None, infos[members[0]].dtype, False, 0
+            for m in members:
+                for t in sreads[m][:1]:
+                    inputs.setdefault(base.get(t, t), t)
+        outputs: dict[str, str] = {}
         for m in members:
-            for t in storage.reads[m][:1]:
-                inputs.setdefault(storage.base_of(t), t)
-    outputs: dict[str, str] = {}
-    for m in members:
-        for t in graph.node(m).outputs:
-            if t and (t in graph.output_names or any(c.name not in member_set and infos[c.name].role is not Role.FREE
-                                                     for c in graph.consumers(t))):
-                outputs.setdefault(storage.base_of(t), t)
-    return FusionGroup(gid, tuple(members), anchor, dtype, flops, unfused, fused, tuple(inputs.values()),
-                       tuple(outputs.values()), opaque)
+            for t in node_of(m).outputs:
+                if t:
+                    if t not in graph_outputs:
+                        for u in users.get(t, ()):
+                            if u not in inside:
+                                break
+                        else:
+                            continue
+                    outputs.setdefault(base.get(t, t), t)
+        group = new(group_cls)
+        set_dict(group, "__dict__", {
+            "id": f"g{i}", "nodes": tuple(members), "anchor": anchor, "dtype": dtype, "flops": flops,
+            "bytes_unfused": unfused, "bytes_fused": fused, "inputs": tuple(inputs.values()),
+            "outputs": tuple(outputs.values()), "opaque": opaque})
+        out.append(group)
+    return out
 
 
 # --------------------------------------------------------------------------- numbers on a device
@@ -633,16 +633,41 @@ def fusion_section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str,
     b_unf: Number = 0
     b_fus: Number = 0
     unknown = 0
+    costs, infos = result.costs, result.infos
+    bandwidth = hw.memory_bandwidth
+    peaks: dict[str, float] = {}
+
+    def peak(dtype: str) -> float:
+        got = peaks.get(dtype)
+        if got is None:
+            got = peaks[dtype] = hw.peak_for(dtype)[0]
+        return got
+
+    def num(value: Dim | None) -> Number | None:
+        return value if type(value) is int else _num(value, binding)
+
     for g in result.groups:
-        flops = _num(g.flops, binding)
-        unf, fus = _num(g.bytes_unfused, binding), _num(g.bytes_fused, binding)
-        times = [node_time(result.costs[n], hw, binding) for n in g.nodes if n in result.costs]
+        flops = num(g.flops)
+        unf, fus = num(g.bytes_unfused), num(g.bytes_fused)
+        times: list[float | None] = []
+        for n in g.nodes:  # node_time of each node
+            c = costs.get(n)
+            if c is None:
+                continue
+            f = num(c.flops)
+            br, bw = c.bytes_read, c.bytes_written
+            moved = None if br is None or bw is None else num(br + bw)
+            compute = None if f is None else f / peak(c.dtype)
+            memory = None if moved is None else moved / bandwidth
+            times.append(memory if compute is None else compute if memory is None or not memory > compute
+                         else memory)
         time_unf = sum(t for t in times if t is not None) if any(t is not None for t in times) else None
-        if any(result.infos[n].role is Role.CONTROL for n in g.nodes):
+        if any(infos[n].role is _CONTROL for n in g.nodes):
             time_fus = time_unf
         else:
-            time_fus = _roof(None if flops is None else flops / hw.peak_for(g.dtype)[0],
-                             None if fus is None else fus / hw.memory_bandwidth)
+            compute = None if flops is None else flops / peak(g.dtype)
+            memory = None if fus is None else fus / bandwidth
+            time_fus = memory if compute is None else compute if memory is None or not memory > compute else memory
         if flops is None or unf is None or fus is None or None in times:
             unknown += 1
         if unf is not None and fus is not None:
@@ -650,7 +675,10 @@ def fusion_section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str,
             b_fus += fus
         t_unf += time_unf or 0.0
         t_fus += time_fus or 0.0
-        rows.append(GroupNumbers(g.id, g.nodes, g.anchor, flops, unf, fus, time_unf, time_fus, g.inputs, g.outputs))
+        rows.append(_frozen(GroupNumbers, {
+            "id": g.id, "nodes": g.nodes, "anchor": g.anchor, "flops": flops, "bytes_unfused": unf,
+            "bytes_fused": fus, "time_unfused_s": time_unf, "time_fused_s": time_fus, "inputs": g.inputs,
+            "outputs": g.outputs}))
     totals = FusionTotals(len(rows), b_unf, b_fus, b_unf - b_fus, t_unf, t_fus, t_unf - t_fus, unknown)
     return FusionSection(result.policy, tuple(rows), result.boundaries, totals, result)
 

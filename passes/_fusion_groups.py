@@ -1,0 +1,493 @@
+"""The grouping behind ``passes/fusion.py``: groups merged under a policy, in a dynamic topological order.
+
+``Fuser(...).run()`` leaves ``grp`` (node → its group's label) and ``boundaries`` (one row per refused
+producer→consumer edge); ``fusion.py`` turns them into :class:`FusionGroup` rows. The algorithm is the one
+the module docstring of ``fusion.py`` describes; this file is about doing it in time linear in the graph for
+the graphs models are made of:
+
+* a group is a label (the name of one of its members); ``grp`` maps every member to it directly, and a merge
+  relabels the smaller groups (each node is relabelled O(log n) times);
+* each group keeps a :class:`Summary` of its members, so the legality of a proposed merge is decided from
+  the groups' summaries (:func:`check_parts`), not by walking their members;
+* each merged group keeps the set of groups it reads from and writes to (``gpred``/``gsucc``; a node that
+  was never merged gets its sets on first use). Stale labels are mapped through ``grp`` when a set is read,
+  so the sets stay the size of the group's outside edges;
+* the groups are kept in a topological order: a doubly linked list (``prv``/``nxt``) with increasing
+  integer positions (``ord``). Only groups strictly between a merge's first and last group in that order can
+  lie on a path from one to the other, so when none lies between (the common case: a producer and its next
+  consumers) there is no path to look for and the merge costs O(groups merged); otherwise the searches stop
+  at those positions.
+
+Which member names a group's label, and which topological order is kept, do not show in the result: the
+groups, the boundaries and their reasons are the same for any choice.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Mapping
+
+from graphcost.graph import Graph
+from graphcost.passes._fusion_policy import (
+    CODE_TEXT,
+    NodeInfo,
+    Policy,
+    Refusal,
+    Role,
+    Summary,
+    _V,
+    check_parts,
+    is_opaque,
+    non_fusable_refusal,
+)
+
+_NONE: frozenset[str] = frozenset()
+_VIEW, _ANCHOR, _FREE = Role.VIEW, Role.ANCHOR, Role.FREE
+
+BoundaryRow = tuple[str, str, str, str, str]
+"""(producer, consumer, tensor, reason, code) of one refused edge."""
+
+
+class Fuser:
+    """Groups the top-level nodes of ``graph``.
+
+    ``order`` is a topological order of all of them; ``producers`` maps each tensor a node writes to that node.
+    """
+
+    def __init__(self, graph: Graph, infos: Mapping[str, NodeInfo], reads: Mapping[str, tuple[str, ...]],
+                 policy: Policy, order: list[str], producers: Mapping[str, str]) -> None:
+        self.graph, self.infos, self.reads, self.policy = graph, infos, reads, policy
+        self.node = graph.node
+        self.outputs = outputs = set(graph.output_names)
+        self.pos = pos = {n: i for i, n in enumerate(order)}
+        self.topo = topo = [n for n in order if infos[n].role is not _FREE]
+        self.grp: dict[str, str] = dict(zip(topo, topo, strict=True))  # node → its group's label
+        self.producers = producers
+        readers: dict[str, list[str]] = {}  # tensor → the non-free nodes reading its data, in order
+        summary: dict[str, Summary] = {}
+        opaque: set[str] = set()
+        views: set[str] = set()
+        of = Summary.of
+        for n in topo:
+            info = infos[n]
+            for t in reads[n]:
+                got = readers.get(t)
+                if got is None:
+                    readers[t] = [n]
+                else:
+                    got.append(n)
+            summary[n] = of(info, pos[n], False)
+            role = info.role
+            if role is _VIEW:
+                views.add(n)
+            elif is_opaque(role):
+                opaque.add(n)
+        self.readers, self.summary, self.opaque, self.views = readers, summary, opaque, views
+        # graph outputs a node writes, with the nodes reading them (a group holding both is illegal)
+        self.out_readers: dict[str, list[tuple[str, list[str]]]] = {}
+        grp = self.grp
+        for t in outputs:
+            p = producers.get(t)
+            if p is not None and p in grp and p not in self.out_readers:
+                rows = [(o, [c.name for c in graph.consumers(o) if c.name in grp])
+                        for o in self.node(p).outputs if o in outputs]
+                self.out_readers[p] = rows
+                summary[p] = of(infos[p], pos[p], any(r for _, r in rows))
+        self.members: dict[str, list[str]] = {}  # label → members, for groups of more than one node
+        self.gsucc: dict[str, list[str]] = {}  # label → nodes of the groups it writes to (see _succ)
+        self.gpred: dict[str, list[str]] = {}  # label → nodes of the groups it reads from
+        self.ord = {n: i for i, n in enumerate(topo)}
+        self.nxt = dict(itertools.pairwise(topo))
+        self.prv = {b: a for a, b in itertools.pairwise(topo)}
+        self.boundaries: list[BoundaryRow] = []
+        self.recording = True
+        self.cur: set[str] | frozenset[str] = _NONE  # the groups of the proposed merge, for check_parts
+        self.watch: str | None = None  # phase 0: the anchor's group, whose new members go on ``heap``
+        self.heap: list[tuple[int, str]] = []
+        self._producers: dict[str, tuple[str, ...]] = {}
+        self._refusals: dict[str, Refusal] = {}
+
+    # ----------------------------------------------------------------- Members (for check_parts)
+    def __contains__(self, node: object) -> bool:
+        return self.grp.get(node) in self.cur  # type: ignore[call-overload]
+
+    def input_producers(self, node: str) -> Iterable[str]:
+        got = self._producers.get(node)
+        if got is None:
+            producers, grp = self.producers, self.grp
+            got = self._producers[node] = tuple(
+                p for t in self.node(node).inputs if t and (p := producers.get(t)) is not None and p in grp)
+        return got
+
+    def output_readers(self, node: str) -> Iterable[tuple[str, Iterable[str]]]:
+        return self.out_readers.get(node, ())
+
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted(self._members_of(self.cur), key=self.pos.__getitem__))
+
+    def _members_of(self, groups: Iterable[str]) -> list[str]:
+        out: list[str] = []
+        members = self.members
+        for g in groups:
+            got = members.get(g)
+            if got is None:
+                out.append(g)
+            else:
+                out += got
+        return out
+
+    def _opaque(self, info: NodeInfo) -> Refusal:
+        got = self._refusals.get(info.name)
+        if got is None:
+            got = self._refusals[info.name] = non_fusable_refusal(info)
+        return got
+
+    # ----------------------------------------------------------------- the order of the groups
+    def _succ(self, g: str) -> Iterable[str]:
+        """Nodes in the groups ``g`` writes to (map them through ``grp``; some may be inside ``g`` by now)."""
+        got = self.gsucc.get(g)
+        if got is None:  # a node never merged
+            readers = self.readers
+            got = self.gsucc[g] = [r for t in self.node(g).outputs if t for r in readers.get(t, ())]
+        return got
+
+    def _pred(self, g: str) -> Iterable[str]:
+        """Nodes in the groups ``g`` reads from (as :meth:`_succ`)."""
+        got = self.gpred.get(g)
+        if got is None:
+            producers, grp = self.producers, self.grp
+            got = self.gpred[g] = [p for t in self.reads[g] if (p := producers.get(t)) is not None and p in grp]
+        return got
+
+    def _span(self, groups: set[str] | frozenset[str]) -> tuple[str, bool]:
+        """The earliest of ``groups`` in the order, and whether they follow each other there."""
+        ordd, nxt = self.ord, self.nxt
+        if len(groups) == 2:
+            a, b = groups
+            if ordd[a] > ordd[b]:
+                a, b = b, a
+            return a, nxt.get(a) == b
+        first = min(groups, key=ordd.__getitem__)
+        g: str | None = first
+        for _ in range(len(groups) - 1):
+            g = nxt.get(g)  # type: ignore[arg-type]
+            if g not in groups:
+                return first, False
+        return first, True
+
+    def _between(self, groups: set[str], first: str) -> set[str] | frozenset[str]:
+        """Groups on a path that leaves ``groups`` and comes back: they must join too, or the merge is a cycle.
+
+        Such a group lies after ``first``, the earliest of ``groups`` in the order (it is a descendant of one
+        of them), and before the latest (it is an ancestor of one): the search back from ``groups`` stops there.
+        """
+        ordd, grp, gpred, gsucc = self.ord, self.grp, self.gpred, self.gsucc
+        lo = ordd[first]
+        back: set[str] = set()
+        pred, succ = self._pred, self._succ
+        stack = [g for r in groups for x in pred(r) if (g := grp[x]) not in groups and ordd[g] > lo]
+        while stack:
+            g = stack.pop()
+            if g in back:
+                continue
+            back.add(g)
+            near = gpred.get(g)
+            for x in pred(g) if near is None else near:
+                p = grp[x]
+                if p not in back and p not in groups and ordd[p] > lo:
+                    stack.append(p)
+        if not back:
+            return _NONE
+        fwd: set[str] = set()
+        stack = [g for r in groups for x in succ(r) if (g := grp[x]) in back]
+        while stack:
+            g = stack.pop()
+            if g in fwd:
+                continue
+            fwd.add(g)
+            near = gsucc.get(g)
+            for x in succ(g) if near is None else near:
+                n = grp[x]
+                if n in back and n not in fwd:
+                    stack.append(n)
+        return fwd
+
+    def _merge(self, groups: set[str] | frozenset[str], adjacent: bool) -> None:
+        """Join ``groups`` (``adjacent``: they follow each other in the order, so no other group moves)."""
+        ordd, prv, nxt, summary = self.ord, self.prv, self.nxt, self.summary
+        if adjacent and len(groups) == 2:  # the common case: a producer's group and the next one
+            a, b = groups
+            if ordd[a] > ordd[b]:
+                a, b = b, a
+            p = prv.pop(a, None)  # a leaves the order; b's place is the merged group's
+            del nxt[a]
+            if p is None:
+                del prv[b]
+            else:
+                prv[b] = p
+                nxt[p] = b
+            del ordd[a]
+            ranked = [a, b]
+            new = a if summary[a].size > summary[b].size else b
+            if new == a:
+                p, n = prv.pop(b, None), nxt.pop(b, None)
+                if p is not None:
+                    prv[a] = p
+                    nxt[p] = a
+                if n is not None:
+                    nxt[a] = n
+                    prv[n] = a
+                ordd[a] = ordd.pop(b)
+            self._join(ranked, new)
+            return
+        ranked = sorted(groups, key=ordd.__getitem__)
+        first, last = ranked[0], ranked[-1]
+        new = ranked[0]  # the label kept: the biggest group's
+        for g in ranked:
+            if summary[g].size > summary[new].size:
+                new = g
+        # Keep the order topological: the merged group's descendants among the groups between its first and
+        # last one move after it; the others stay before it.
+        desc: set[str] = set()
+        if not adjacent:
+            hi, grp, gsucc = ordd[last], self.grp, self.gsucc
+            succ = self._succ
+            stack = [g for r in ranked for x in succ(r) if (g := grp[x]) not in groups and ordd[g] <= hi]
+            while stack:
+                g = stack.pop()
+                if g in desc:
+                    continue
+                desc.add(g)
+                near = gsucc.get(g)
+                for x in succ(g) if near is None else near:
+                    n = grp[x]
+                    if n not in desc and n != g and ordd[n] <= hi:
+                        stack.append(n)
+        if desc:
+            span = [first]
+            while span[-1] != last:
+                span.append(nxt[span[-1]])
+            seq = [g for g in span if g not in groups and g not in desc] + [new] + [g for g in span if g in desc]
+            slots = [ordd[g] for g in span][:len(seq)]
+            before, after = prv.get(first), nxt.get(last)
+            for g in ranked:
+                prv.pop(g, None)
+                nxt.pop(g, None)
+                del ordd[g]
+            prev = before
+            for g, o in zip(seq, slots, strict=True):
+                ordd[g] = o
+                if prev is None:
+                    prv.pop(g, None)
+                else:
+                    prv[g] = prev
+                    nxt[prev] = g
+                prev = g
+            if after is None:
+                nxt.pop(new if prev is None else prev, None)
+            else:
+                nxt[prev] = after  # type: ignore[index]
+                prv[after] = prev  # type: ignore[assignment]
+        else:  # nothing to move: the merged group takes the last one's place
+            for g in ranked[:-1]:
+                p, n = prv.pop(g, None), nxt.pop(g, None)
+                if p is not None:
+                    if n is not None:
+                        nxt[p] = n
+                    else:
+                        del nxt[p]
+                if n is not None:
+                    if p is not None:
+                        prv[n] = p
+                    else:
+                        del prv[n]
+                del ordd[g]
+            if new != last:
+                p, n = prv.pop(last, None), nxt.pop(last, None)
+                if p is not None:
+                    prv[new] = p
+                    nxt[p] = new
+                if n is not None:
+                    nxt[new] = n
+                    prv[n] = new
+                ordd[new] = ordd.pop(last)
+        self._join(ranked, new)
+
+    def _join(self, ranked: list[str], new: str) -> None:
+        """The bookkeeping of a merge once the order is done: summary, members, labels, outside edges."""
+        grp, summary, gsucc, gpred = self.grp, self.summary, self.gsucc, self.gpred
+        near_s: set[str] = set()  # the groups' outside edges, before the labels change
+        near_p: set[str] = set()
+        for g in ranked:
+            near_s.update(self._succ(g))
+            near_p.update(self._pred(g))
+            del gsucc[g], gpred[g]
+        summary[new] = Summary.merged([summary.pop(g) for g in ranked])
+        members = self.members
+        if self.watch in ranked:
+            for m in self._members_of(g for g in ranked if g != self.watch):
+                heapq.heappush(self.heap, (self.pos[m], m))
+            self.watch = new
+        kept = members.get(new)
+        if kept is None:
+            kept = members[new] = [new]
+        for g in ranked:
+            if g != new:
+                moved = members.pop(g, None)
+                if moved is None:
+                    grp[g] = new
+                    kept.append(g)
+                else:
+                    for m in moved:
+                        grp[m] = new
+                    kept += moved
+        out = {grp[x] for x in near_s}
+        out.discard(new)
+        gsucc[new] = out  # type: ignore[assignment]
+        out = {grp[x] for x in near_p}
+        out.discard(new)
+        gpred[new] = out  # type: ignore[assignment]
+
+    # ----------------------------------------------------------------- merging
+    def _try(self, groups: set[str], producer: str, consumer: str, tensor: str, merge: bool) -> Refusal | None:
+        summary = self.summary
+        self.cur = groups
+        refusal = check_parts(list(map(summary.__getitem__, groups)), producer, consumer, tensor, self.policy,
+                              self, self.infos, self.graph, self._opaque)
+        if refusal is not None:
+            return refusal
+        first, adjacent = self._span(groups)
+        if not adjacent:
+            between = self._between(groups, first)
+            if between:
+                whole = groups | between
+                self.cur = whole
+                inner = check_parts(list(map(summary.__getitem__, whole)), producer, consumer, tensor, self.policy,
+                                    self, self.infos, self.graph, self._opaque)
+                if inner is not None:
+                    extra = sorted(self._members_of(between), key=self.pos.__getitem__)
+                    shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
+                    return Refusal(_V.WOULD_CREATE_CYCLE,
+                                   f"would create a cycle: joining {consumer} to {producer}'s group also needs the "
+                                   f"{len(extra)} op(s) on the paths between them ({shown}), and then {inner.reason}")
+                groups = whole
+                adjacent = self._span(groups)[1]
+        if merge:
+            self._merge(groups, adjacent)
+        return None
+
+    def _closure(self, consumer: str, tensor: str) -> list[str]:
+        """The consumer and, when it is a view of ``tensor``, everything that reads that storage."""
+        if consumer not in self.views:
+            return [consumer]
+        out, stack = [consumer], [(consumer, tensor)]
+        while stack:
+            n, t = stack.pop()
+            node = self.node(n)
+            if n not in self.views or not node.inputs or node.inputs[0] != t or not node.outputs:
+                continue
+            for r in self.readers.get(node.outputs[0], ()):
+                if r not in out:
+                    out.append(r)
+                    stack.append((r, node.outputs[0]))
+        return out
+
+    def run(self) -> None:
+        # Phase 0: every compute anchor takes its epilogue, the latest anchor first (a residual block's Add
+        # belongs to its main path, written after the shortcut's conv, as TVM and ORT assign it). The
+        # anchor's group is visited in node order, members that join it on the way included (``_merge``
+        # puts them on the heap).
+        self.recording = False
+        pos, infos = self.pos, self.infos
+        for a in reversed([n for n in self.topo if infos[n].role is _ANCHOR]):
+            group = self.grp[a]
+            later = [m for m in self._members_of((group,)) if m != a]
+            heap = self.heap = [(pos[a], a)]
+            self.watch = group
+            done: set[str] = set()
+            while heap:
+                _, p = heapq.heappop(heap)
+                if p in done:
+                    continue
+                done.add(p)
+                self._visit_all(p)
+                for m in later:
+                    heapq.heappush(heap, (pos[m], m))
+                later = []
+            self.watch = None
+        # Phase 1: every producer in order; refusals become boundaries.
+        self.recording = True
+        for name in self.topo:
+            self._visit_all(name)
+
+    def _visit_all(self, name: str) -> None:
+        readers = self.readers
+        for t in self.node(name).outputs:
+            direct = readers.get(t) if t else None
+            if direct:
+                self._visit(name, t, direct)
+
+    def _visit(self, name: str, t: str, direct: list[str]) -> None:
+        if name in self.opaque or t in self.outputs:
+            if self.recording:
+                refusal = self._opaque(self.infos[name]) if name in self.opaque else Refusal(
+                    _V.GRAPH_OUTPUT, f"{t} is a graph output and must be written to memory")
+                reason, code = refusal.reason, refusal.code
+                rows = self.boundaries
+                for c in direct:
+                    rows.append((name, c, t, reason, code))
+            return
+        grp = self.grp
+        home = grp[name]
+        if len(direct) == 1:
+            c = direct[0]
+            if c in self.views:
+                groups = {home}
+                for x in self._closure(c, t):
+                    groups.add(grp[x])
+                if len(groups) == 1:
+                    return
+            else:
+                other = grp[c]
+                if other == home:
+                    return
+                if c in self.opaque:  # what check_parts says first: the consumer runs alone
+                    if self.recording:
+                        refusal = self._opaque(self.infos[c])
+                        self.boundaries.append((name, c, t, refusal.reason, refusal.code))
+                    return
+                groups = {home, other}
+            refusal = self._try(groups, name, c, t, merge=True)
+            # the merge of that one consumer alone is the merge just refused
+            if refusal is not None and self.recording and grp[c] != home:
+                self.boundaries.append((name, c, t, refusal.reason, refusal.code))
+            return
+        closures = {c: self._closure(c, t) for c in direct}
+        groups = {home}
+        for nodes in closures.values():
+            for x in nodes:
+                groups.add(grp[x])
+        if len(groups) == 1:
+            return
+        refusal = self._try(groups, name, direct[0], t, merge=True)
+        if refusal is None or not self.recording:
+            return
+        per: dict[str, Refusal | None] = {}
+        for c in direct:
+            if grp[c] != home:
+                sub = {home}
+                for x in closures[c]:
+                    sub.add(grp[x])
+                per[c] = self._try(sub, name, c, t, merge=False)
+        failed = [c for c, r in per.items() if r is not None]
+        for c, r in per.items():
+            if r is None and failed:
+                f = failed[0]
+                why = CODE_TEXT.get(per[f].code, per[f].code)  # type: ignore[union-attr]
+                r = Refusal(_V.MULTI_CONSUMER,
+                            f"tensor used by several consumers: {t} is read by {len(direct)} ops "
+                            f"({', '.join(direct[:4])}{', ...' if len(direct) > 4 else ''}) that cannot all join "
+                            f"one group ({f}: {why}); it must be written and read back")
+            r = r or refusal
+            self.boundaries.append((name, c, t, r.reason, r.code))
