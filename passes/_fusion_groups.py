@@ -30,13 +30,13 @@ from collections.abc import Iterable, Mapping
 
 from graphcost.graph import Graph
 from graphcost.passes._fusion_policy import (
+    _V,
     CODE_TEXT,
     NodeInfo,
     Policy,
     Refusal,
     Role,
     Summary,
-    _V,
     check_parts,
     is_opaque,
     non_fusable_refusal,
