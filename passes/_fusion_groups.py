@@ -9,14 +9,16 @@ the graphs models are made of:
   relabels the smaller groups (each node is relabelled O(log n) times);
 * each group keeps a :class:`Summary` of its members, so the legality of a proposed merge is decided from
   the groups' summaries (:func:`check_parts`), not by walking their members;
-* each merged group keeps the set of groups it reads from and writes to (``gpred``/``gsucc``; a node that
-  was never merged gets its sets on first use). Stale labels are mapped through ``grp`` when a set is read,
-  so the sets stay the size of the group's outside edges;
+* each group keeps the nodes of the groups it reads from and writes to (``gpred``/``gsucc``: a node's own
+  edges at first, a merge stores the union in current labels). Entries are mapped through ``grp`` when
+  read (some may have joined other groups, or this one, since), and the sets stay the size of the group's
+  outside edges;
 * the groups are kept in a topological order: a doubly linked list (``prv``/``nxt``) with increasing
   integer positions (``ord``). Only groups strictly between a merge's first and last group in that order can
   lie on a path from one to the other, so when none lies between (the common case: a producer and its next
-  consumers) there is no path to look for and the merge costs O(groups merged); otherwise the searches stop
-  at those positions.
+  consumers) there is no path to look for and the merge costs O(groups merged); otherwise the search for
+  such paths runs forward and back at once within those positions, and costs what the smaller side does
+  (:meth:`Fuser._between`).
 
 Which member names a group's label, and which topological order is kept, do not show in the result: the
 groups, the boundaries and their reasons are the same for any choice.
@@ -26,12 +28,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from graphcost.graph import Graph
 from graphcost.passes._fusion_policy import (
-    _V,
     CODE_TEXT,
+    CODES,
     NodeInfo,
     Policy,
     Refusal,
@@ -68,15 +70,27 @@ class Fuser:
         summary: dict[str, Summary] = {}
         opaque: set[str] = set()
         views: set[str] = set()
+        # label → nodes of the groups it writes to / reads from: map them through ``grp`` (some may be inside
+        # the group by now); a merge stores the union with current labels
+        gsucc: dict[str, Collection[str]] = {n: [] for n in topo}
+        gpred: dict[str, Collection[str]] = {}
         of = Summary.of
         for n in topo:
             info = infos[n]
+            near: list[str] = []
             for t in reads[n]:
                 got = readers.get(t)
                 if got is None:
                     readers[t] = [n]
                 else:
                     got.append(n)
+                p = producers.get(t)
+                if p is not None:
+                    after = gsucc.get(p)
+                    if after is not None:  # p is a node of the order, not a free one
+                        after.append(n)  # type: ignore[attr-defined]
+                        near.append(p)
+            gpred[n] = near
             summary[n] = of(info, pos[n], False)
             role = info.role
             if role is _VIEW:
@@ -95,8 +109,7 @@ class Fuser:
                 self.out_readers[p] = rows
                 summary[p] = of(infos[p], pos[p], any(r for _, r in rows))
         self.members: dict[str, list[str]] = {}  # label → members, for groups of more than one node
-        self.gsucc: dict[str, list[str]] = {}  # label → nodes of the groups it writes to (see _succ)
-        self.gpred: dict[str, list[str]] = {}  # label → nodes of the groups it reads from
+        self.gsucc, self.gpred = gsucc, gpred
         self.ord = {n: i for i, n in enumerate(topo)}
         self.nxt = dict(itertools.pairwise(topo))
         self.prv = {b: a for a, b in itertools.pairwise(topo)}
@@ -144,22 +157,6 @@ class Fuser:
         return got
 
     # ----------------------------------------------------------------- the order of the groups
-    def _succ(self, g: str) -> Iterable[str]:
-        """Nodes in the groups ``g`` writes to (map them through ``grp``; some may be inside ``g`` by now)."""
-        got = self.gsucc.get(g)
-        if got is None:  # a node never merged
-            readers = self.readers
-            got = self.gsucc[g] = [r for t in self.node(g).outputs if t for r in readers.get(t, ())]
-        return got
-
-    def _pred(self, g: str) -> Iterable[str]:
-        """Nodes in the groups ``g`` reads from (as :meth:`_succ`)."""
-        got = self.gpred.get(g)
-        if got is None:
-            producers, grp = self.producers, self.grp
-            got = self.gpred[g] = [p for t in self.reads[g] if (p := producers.get(t)) is not None and p in grp]
-        return got
-
     def _span(self, groups: set[str] | frozenset[str]) -> tuple[str, bool]:
         """The earliest of ``groups`` in the order, and whether they follow each other there."""
         ordd, nxt = self.ord, self.nxt
@@ -179,39 +176,49 @@ class Fuser:
     def _between(self, groups: set[str], first: str) -> set[str] | frozenset[str]:
         """Groups on a path that leaves ``groups`` and comes back: they must join too, or the merge is a cycle.
 
-        Such a group lies after ``first``, the earliest of ``groups`` in the order (it is a descendant of one
-        of them), and before the latest (it is an ancestor of one): the search back from ``groups`` stops there.
+        They are the descendants of ``groups`` that are also ancestors of them. All lie strictly between
+        ``first`` (the earliest of ``groups`` in the order) and the latest, so the search forward stops at the
+        latest and the search back at ``first``; the two run a step each in turn, and the side that finishes
+        first bounds the rest (from the other end, only its groups are looked at). A merge of a group with a
+        far-away one costs what the smaller of the two sides does, not the whole stretch between them.
         """
         ordd, grp, gpred, gsucc = self.ord, self.grp, self.gpred, self.gsucc
-        lo = ordd[first]
-        back: set[str] = set()
-        pred, succ = self._pred, self._succ
-        stack = [g for r in groups for x in pred(r) if (g := grp[x]) not in groups and ordd[g] > lo]
-        while stack:
-            g = stack.pop()
-            if g in back:
-                continue
-            back.add(g)
-            near = gpred.get(g)
-            for x in pred(g) if near is None else near:
-                p = grp[x]
-                if p not in back and p not in groups and ordd[p] > lo:
-                    stack.append(p)
-        if not back:
+        lo, hi = ordd[first], max(ordd[g] for g in groups)
+        ahead: set[str] = set()  # descendants seen
+        behind: set[str] = set()  # ancestors seen
+        fwd = [g for r in groups for x in gsucc[r] if (g := grp[x]) not in groups and ordd[g] < hi]
+        back = [g for r in groups for x in gpred[r] if (g := grp[x]) not in groups and ordd[g] > lo]
+        while fwd and back:
+            g = fwd.pop()
+            if g not in ahead:
+                ahead.add(g)
+                for x in gsucc[g]:
+                    n = grp[x]
+                    if n not in ahead and n not in groups and ordd[n] < hi:
+                        fwd.append(n)
+            g = back.pop()
+            if g not in behind:
+                behind.add(g)
+                for x in gpred[g]:
+                    n = grp[x]
+                    if n not in behind and n not in groups and ordd[n] > lo:
+                        back.append(n)
+        # one side is complete: the answer is its groups that the other side reaches from ``groups``
+        within, step = (ahead, gpred) if not fwd else (behind, gsucc)
+        if not within:
             return _NONE
-        fwd: set[str] = set()
-        stack = [g for r in groups for x in succ(r) if (g := grp[x]) in back]
+        out: set[str] = set()
+        stack = [g for r in groups for x in step[r] if (g := grp[x]) in within]
         while stack:
             g = stack.pop()
-            if g in fwd:
+            if g in out:
                 continue
-            fwd.add(g)
-            near = gsucc.get(g)
-            for x in succ(g) if near is None else near:
+            out.add(g)
+            for x in step[g]:
                 n = grp[x]
-                if n in back and n not in fwd:
+                if n in within and n not in out:
                     stack.append(n)
-        return fwd
+        return out
 
     def _merge(self, groups: set[str] | frozenset[str], adjacent: bool) -> None:
         """Join ``groups`` (``adjacent``: they follow each other in the order, so no other group moves)."""
@@ -252,15 +259,13 @@ class Fuser:
         desc: set[str] = set()
         if not adjacent:
             hi, grp, gsucc = ordd[last], self.grp, self.gsucc
-            succ = self._succ
-            stack = [g for r in ranked for x in succ(r) if (g := grp[x]) not in groups and ordd[g] <= hi]
+            stack = [g for r in ranked for x in gsucc[r] if (g := grp[x]) not in groups and ordd[g] <= hi]
             while stack:
                 g = stack.pop()
                 if g in desc:
                     continue
                 desc.add(g)
-                near = gsucc.get(g)
-                for x in succ(g) if near is None else near:
+                for x in gsucc[g]:
                     n = grp[x]
                     if n not in desc and n != g and ordd[n] <= hi:
                         stack.append(n)
@@ -320,9 +325,8 @@ class Fuser:
         near_s: set[str] = set()  # the groups' outside edges, before the labels change
         near_p: set[str] = set()
         for g in ranked:
-            near_s.update(self._succ(g))
-            near_p.update(self._pred(g))
-            del gsucc[g], gpred[g]
+            near_s.update(gsucc.pop(g))
+            near_p.update(gpred.pop(g))
         summary[new] = Summary.merged([summary.pop(g) for g in ranked])
         members = self.members
         if self.watch in ranked:
@@ -344,10 +348,10 @@ class Fuser:
                     kept += moved
         out = {grp[x] for x in near_s}
         out.discard(new)
-        gsucc[new] = out  # type: ignore[assignment]
+        gsucc[new] = out
         out = {grp[x] for x in near_p}
         out.discard(new)
-        gpred[new] = out  # type: ignore[assignment]
+        gpred[new] = out
 
     # ----------------------------------------------------------------- merging
     def _try(self, groups: set[str], producer: str, consumer: str, tensor: str, merge: bool) -> Refusal | None:
@@ -368,7 +372,7 @@ class Fuser:
                 if inner is not None:
                     extra = sorted(self._members_of(between), key=self.pos.__getitem__)
                     shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
-                    return Refusal(_V.WOULD_CREATE_CYCLE,
+                    return Refusal(CODES.WOULD_CREATE_CYCLE,
                                    f"would create a cycle: joining {consumer} to {producer}'s group also needs the "
                                    f"{len(extra)} op(s) on the paths between them ({shown}), and then {inner.reason}")
                 groups = whole
@@ -432,7 +436,7 @@ class Fuser:
         if name in self.opaque or t in self.outputs:
             if self.recording:
                 refusal = self._opaque(self.infos[name]) if name in self.opaque else Refusal(
-                    _V.GRAPH_OUTPUT, f"{t} is a graph output and must be written to memory")
+                    CODES.GRAPH_OUTPUT, f"{t} is a graph output and must be written to memory")
                 reason, code = refusal.reason, refusal.code
                 rows = self.boundaries
                 for c in direct:
@@ -485,7 +489,7 @@ class Fuser:
             if r is None and failed:
                 f = failed[0]
                 why = CODE_TEXT.get(per[f].code, per[f].code)  # type: ignore[union-attr]
-                r = Refusal(_V.MULTI_CONSUMER,
+                r = Refusal(CODES.MULTI_CONSUMER,
                             f"tensor used by several consumers: {t} is read by {len(direct)} ops "
                             f"({', '.join(direct[:4])}{', ...' if len(direct) > 4 else ''}) that cannot all join "
                             f"one group ({f}: {why}); it must be written and read back")

@@ -83,8 +83,8 @@ class Code(str, enum.Enum):
     MULTI_CONSUMER = "multi_consumer"  # the tensor has consumers that land in different groups
 
 
-_V = SimpleNamespace(**{c.name: c.value for c in Code})
-"""``_V.X`` as ``_V.X``: reading ``.value`` off an Enum member is a Python-level property call."""
+CODES = SimpleNamespace(**{c.name: c.value for c in Code})
+"""``Code.X.value`` as ``CODES.X`` (reading ``.value`` off an Enum member is a Python-level call)."""
 
 CODE_TEXT: Mapping[str, str] = {
     "non_fusable": "non-fusable op",
@@ -426,7 +426,7 @@ def same_compute_dtype(c: Candidate) -> Refusal | None:
             seen[k.dtype] = k.name
     if len(seen) > 1:
         (d1, n1), (d2, n2) = list(seen.items())[:2]
-        return Refusal(_V.DIFFERENT_DTYPE,
+        return Refusal(CODES.DIFFERENT_DTYPE,
                        f"different compute dtype: {n1} computes in {d1} but {n2} in {d2}")
     return None
 
@@ -437,7 +437,7 @@ def max_nodes(limit: int) -> Predicate:
     def check(c: Candidate) -> Refusal | None:
         n = len(c.kernels)
         if n > limit:
-            return Refusal(_V.SIZE_LIMIT, f"the group would hold {n} ops (limit {limit})")
+            return Refusal(CODES.SIZE_LIMIT, f"the group would hold {n} ops (limit {limit})")
         return None
 
     check.__name__ = f"max_nodes_{limit}"
@@ -456,13 +456,13 @@ POLICIES: Mapping[str, Policy] = {"ideal": IDEAL, "none": NONE}
 # --------------------------------------------------------------------------- legality
 def non_fusable_refusal(i: NodeInfo) -> Refusal:
     if i.role is Role.CONTROL:
-        return Refusal(_V.CONTROL_FLOW, f"{i.name} ({i.op_type}) is control flow; its body runs as "
-                                                "kernels of its own")
+        return Refusal(CODES.CONTROL_FLOW, f"{i.name} ({i.op_type}) is control flow; its body runs as "
+                                           "kernels of its own")
     if i.role is Role.MOVEMENT and (i.op_type in LAYOUT_OPS or "storage size" in i.detail):
         what = i.detail if "storage size" in i.detail else "reorders elements"
-        return Refusal(_V.LAYOUT_CHANGE, f"layout change: {i.name} ({i.op_type}) {what}; it runs as a "
-                                                 "kernel of its own")
-    return Refusal(_V.NON_FUSABLE, f"{i.name} ({i.op_type}) is not fusable: {i.detail or i.role.value}")
+        return Refusal(CODES.LAYOUT_CHANGE, f"layout change: {i.name} ({i.op_type}) {what}; it runs as a "
+                                            "kernel of its own")
+    return Refusal(CODES.NON_FUSABLE, f"{i.name} ({i.op_type}) is not fusable: {i.detail or i.role.value}")
 
 
 DEQUANTIZE_OPS = frozenset({"DequantizeLinear", "DynamicDequantizeLinear"})
@@ -483,10 +483,7 @@ class Summary:
     def __init__(self, size: int, views: int, kernels: int, n_ew: int, nonfusable: tuple[int, NodeInfo] | None,
                  cast: tuple[int, NodeInfo] | None, anchors: tuple[tuple[int, NodeInfo], ...],
                  reductions: tuple[tuple[int, NodeInfo], ...], ew: Mapping[Dim | None, tuple[int, NodeInfo]],
-                 gout: tuple[tuple[int, str], ...]) -> None:
-        self.mask = ((nonfusable is not None and _M_OPAQUE) | (bool(gout) and _M_GOUT) | (bool(anchors) and _M_ANCHOR)
-                     | (bool(reductions) and _M_REDUCTION) | (bool(n_ew) and _M_EW) | (bool(views) and _M_VIEW)
-                     | (cast is not None and _M_CAST))  # which of the fields below are set, for a quick union
+                 gout: tuple[tuple[int, str], ...], mask: int) -> None:
         self.size = size
         self.views = views  # members whose role is VIEW
         self.kernels = kernels  # members that run as (part of) a kernel
@@ -497,24 +494,29 @@ class Summary:
         self.reductions = reductions  # REDUCTION members, in order
         self.ew = ew  # element count → the first ELEMENTWISE member writing that many
         self.gout = gout  # members that write a graph output some node reads
+        self.mask = mask  # _M_* bits: which of the above are set (non-zero), for a quick look at a union
 
     @classmethod
     def of(cls, info: NodeInfo, pos: int, writes_read_output: bool) -> Summary:
         """One node: ``writes_read_output`` when it writes a graph output that a node (maybe a member) reads."""
         role = info.role
         entry = (pos, info)
-        gout = ((pos, info.name),) if writes_read_output else ()
+        gout, m = (((pos, info.name),), _M_GOUT) if writes_read_output else ((), 0)
         if role is _ELEMENTWISE:
-            return cls(1, 0, 1, 1, None, None if info.cast is None else entry, (), (), {info.numel: entry}, gout)
+            if info.cast is None:
+                return cls(1, 0, 1, 1, None, None, (), (), {info.numel: entry}, gout, m | _M_EW)
+            return cls(1, 0, 1, 1, None, entry, (), (), {info.numel: entry}, gout, m | _M_EW | _M_CAST)
         if role is _ANCHOR:
-            return cls(1, 0, 1, 0, None, None, (entry,), (), _NO_EW, gout)
+            return cls(1, 0, 1, 0, None, None, (entry,), (), _NO_EW, gout, m | _M_ANCHOR)
         if role is _REDUCTION:
-            return cls(1, 0, 1, 0, None, None, (), (entry,), _NO_EW, gout)
+            return cls(1, 0, 1, 0, None, None, (), (entry,), _NO_EW, gout, m | _M_REDUCTION)
         if role is _VIEW:
-            return cls(1, 1, 0, 0, None, None, (), (), _NO_EW, gout)
+            return cls(1, 1, 0, 0, None, None, (), (), _NO_EW, gout, m | _M_VIEW)
         if role is _FREE:
-            return cls(1, 0, 0, 0, None, None, (), (), _NO_EW, gout)
-        return cls(1, 0, 1, 0, entry if role in NON_FUSABLE else None, None, (), (), _NO_EW, gout)
+            return cls(1, 0, 0, 0, None, None, (), (), _NO_EW, gout, m)
+        if role in NON_FUSABLE:
+            return cls(1, 0, 1, 0, entry, None, (), (), _NO_EW, gout, m | _M_OPAQUE)
+        return cls(1, 0, 1, 0, None, None, (), (), _NO_EW, gout, m)
 
     @classmethod
     def merged(cls, parts: Sequence[Summary]) -> Summary:
@@ -526,7 +528,9 @@ class Summary:
         gout: tuple[tuple[int, str], ...] = ()
         ew: Mapping[Dim | None, tuple[int, NodeInfo]] | None = None
         more: list[Mapping[Dim | None, tuple[int, NodeInfo]]] = []
+        mask = 0
         for p in parts:
+            mask |= p.mask
             size += p.size
             views += p.views
             kernels += p.kernels
@@ -557,7 +561,7 @@ class Summary:
                         union[k] = v
             ew = union
         return cls(size, views, kernels, n_ew, nonfusable, cast, anchors, reductions,
-                   _NO_EW if ew is None else ew, gout)
+                   _NO_EW if ew is None else ew, gout, mask)
 
 
 _NO_EW: Mapping[Dim | None, tuple[int, NodeInfo]] = MappingProxyType({})
@@ -643,10 +647,10 @@ def _prologue(members: Members, infos: Mapping[str, NodeInfo], anchor: NodeInfo,
 
 def _space(i: NodeInfo, allowed: Iterable[Dim], what: str) -> Refusal | None:
     if i.numel is None:
-        return Refusal(_V.SHAPE_UNKNOWN, f"the shape of {i.name} ({i.op_type}) is unknown")
+        return Refusal(CODES.SHAPE_UNKNOWN, f"the shape of {i.name} ({i.op_type}) is unknown")
     if any(same(i.numel, a) for a in allowed):
         return None
-    return Refusal(_V.ITERATION_SPACE, f"{i.name} ({i.op_type}) writes {i.numel} elements but {what}")
+    return Refusal(CODES.ITERATION_SPACE, f"{i.name} ({i.op_type}) writes {i.numel} elements but {what}")
 
 
 def _first_off_space(parts: Sequence[Summary], allowed: Sequence[Dim], skip: Collection[str],
@@ -710,7 +714,7 @@ def check_parts(parts: Sequence[Summary], producer: str, consumer: str, tensor: 
         for _, n in sorted(g for p in parts for g in p.gout):
             for t, readers in members.output_readers(n):
                 if any(x in members for x in readers):
-                    return Refusal(_V.GRAPH_OUTPUT, f"{t} is a graph output and must be written to memory")
+                    return Refusal(CODES.GRAPH_OUTPUT, f"{t} is a graph output and must be written to memory")
     anchors: tuple[tuple[int, NodeInfo], ...] = ()
     if mask & _M_ANCHOR:
         for p in parts:
@@ -719,8 +723,8 @@ def check_parts(parts: Sequence[Summary], producer: str, consumer: str, tensor: 
         if len(anchors) > 1:
             anchors = _by_pos(anchors)
             a, b = anchors[0][1], anchors[1][1]
-            return Refusal(_V.SECOND_ANCHOR, f"second compute anchor: {a.name} ({a.op_type}) and {b.name} "
-                                             f"({b.op_type}); a kernel runs at most one")
+            return Refusal(CODES.SECOND_ANCHOR, f"second compute anchor: {a.name} ({a.op_type}) and {b.name} "
+                                                f"({b.op_type}); a kernel runs at most one")
     reductions: tuple[tuple[int, NodeInfo], ...] = ()
     if mask & _M_REDUCTION:
         for p in parts:
@@ -732,17 +736,17 @@ def check_parts(parts: Sequence[Summary], producer: str, consumer: str, tensor: 
         a = anchors[0][1]
         pro, feeding = _prologue(members, infos, a, "dequant_prologue" in policy.allow)
         if pro is not None and pro.cast is not None:
-            return Refusal(_V.DTYPE_CAST, f"dtype cast: {pro.name} casts {pro.cast[0]}→{pro.cast[1]} for "
-                                          f"anchor {a.name}, which reads its operands from memory as stored")
+            return Refusal(CODES.DTYPE_CAST, f"dtype cast: {pro.name} casts {pro.cast[0]}→{pro.cast[1]} for "
+                                             f"anchor {a.name}, which reads its operands from memory as stored")
         if pro is not None:
-            return Refusal(_V.PROLOGUE, f"{pro.name} ({pro.op_type}) feeds compute anchor {a.name} "
-                                        f"({a.op_type}); an anchor reads its operands from memory")
+            return Refusal(CODES.PROLOGUE, f"{pro.name} ({pro.op_type}) feeds compute anchor {a.name} "
+                                           f"({a.op_type}); an anchor reads its operands from memory")
         if reductions:
             r = reductions[0][1]
-            return Refusal(_V.REDUCTION_IN_EPILOGUE, f"{r.name} ({r.op_type}) is a reduction; anchor "
-                                                     f"{a.name} takes only an elementwise epilogue")
+            return Refusal(CODES.REDUCTION_IN_EPILOGUE, f"{r.name} ({r.op_type}) is a reduction; anchor "
+                                                        f"{a.name} takes only an elementwise epilogue")
         if a.numel is None:
-            return Refusal(_V.SHAPE_UNKNOWN, f"the shape of {a.name} ({a.op_type}) is unknown")
+            return Refusal(CODES.SHAPE_UNKNOWN, f"the shape of {a.name} ({a.op_type}) is unknown")
         if mask & _M_EW:
             e = _first_off_space(parts, (a.numel,), feeding, members, infos)
             if e is not None:
@@ -753,17 +757,17 @@ def check_parts(parts: Sequence[Summary], producer: str, consumer: str, tensor: 
         first_r = reds[0]
         for r in reds:
             if r.in_numel is None or (r.rows is None and r.numel is None):
-                return Refusal(_V.SHAPE_UNKNOWN, f"the shape of {r.name} ({r.op_type}) is unknown")
+                return Refusal(CODES.SHAPE_UNKNOWN, f"the shape of {r.name} ({r.op_type}) is unknown")
         if len(reds) > 1:
             own = next((r for r in reds if r.rows is None), None)
             if own is not None:
                 other = next(r for r in reds if r is not own)
-                return Refusal(_V.REDUCTION_MISMATCH,
+                return Refusal(CODES.REDUCTION_MISMATCH,
                                f"{own.name} ({own.op_type}) iterates a space of its own; it cannot share a loop "
                                f"nest with {other.name} ({other.op_type})")
             for r in reds[1:]:
                 if not (same(r.in_numel, first_r.in_numel) and same(r.rows, first_r.rows)):  # type: ignore[arg-type]
-                    return Refusal(_V.REDUCTION_MISMATCH,
+                    return Refusal(CODES.REDUCTION_MISMATCH,
                                    f"{first_r.name} reduces {first_r.in_numel} elements to {first_r.rows} rows but "
                                    f"{r.name} reduces {r.in_numel} to {r.rows}; they cannot share a loop nest")
         spaces = [first_r.in_numel, first_r.rows if first_r.rows is not None else first_r.numel]
@@ -798,22 +802,23 @@ def check_parts(parts: Sequence[Summary], producer: str, consumer: str, tensor: 
             if isinstance(out, Refusal):
                 return out
             if out:
-                return Refusal(_V.POLICY, f"policy {policy.name}: {out}")
+                return Refusal(CODES.POLICY, f"policy {policy.name}: {out}")
     return None
 
 
 def _capability_refusal(policy: Policy, capability: str, cast: NodeInfo | None) -> Refusal:
     if cast is not None:
-        return Refusal(_V.DTYPE_CAST, f"dtype cast: {cast.name} casts {cast.cast[0]}→{cast.cast[1]}; "  # type: ignore[index]
-                                              f"policy {policy.name} runs casts as kernels of their own")
+        return Refusal(CODES.DTYPE_CAST, f"dtype cast: {cast.name} casts {cast.cast[0]}→{cast.cast[1]}; "  # type: ignore[index]
+                                         f"policy {policy.name} runs casts as kernels of their own")
     what = {"views": "views into other ops", "anchor_epilogues": "a compute anchor with its epilogue",
             "elementwise_chains": "elementwise ops with each other",
             "reduction_blocks": "a reduction with its neighbours"}[capability]
-    return Refusal(_V.POLICY, f"policy {policy.name} does not fuse {what} (no {capability!r})")
+    return Refusal(CODES.POLICY, f"policy {policy.name} does not fuse {what} (no {capability!r})")
 
 
 __all__ = [
     "CAPABILITIES",
+    "CODES",
     "CODE_TEXT",
     "IDEAL",
     "NONE",
@@ -821,14 +826,21 @@ __all__ = [
     "ROLE_OVERRIDES",
     "Candidate",
     "Code",
+    "Members",
     "NodeInfo",
     "Policy",
     "Predicate",
     "Refusal",
     "Role",
+    "Summary",
     "check",
+    "check_parts",
     "classify",
+    "classify_all",
+    "is_opaque",
     "max_nodes",
+    "node_info",
     "non_fusable_refusal",
     "same_compute_dtype",
+    "summarize",
 ]

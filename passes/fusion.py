@@ -2,7 +2,8 @@
 
 ``fuse(graph, costs, policy)`` partitions the top-level nodes into groups under a policy
 (``passes/_fusion_policy.py`` draws what the default ``IDEAL`` matches). The algorithm is TVM FuseOps'
-idea with union-find and a dynamic topological order of the groups:
+idea with merged groups in a dynamic topological order (``passes/_fusion_groups.py`` keeps it linear in
+the graph):
 
 * first every compute anchor takes its epilogue, the latest anchor first (a residual block's Add joins
   its main-path conv, not the shortcut conv the exporter wrote earlier), then every producer in graph
@@ -29,7 +30,9 @@ not grouped (``group_of`` a body node is its control node's group).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+import gc
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -196,19 +199,19 @@ class _Storage:
         self._users: dict[str, list[str]] = {}  # tensor → the nodes (not free ones) reading it, in any slot
         self.output_names = frozenset(graph.output_names)
         base, readers, producer, users, node_of = self.base, self.readers, self.producer, self._users, graph.node
-        view, free = Role.VIEW, Role.FREE
         for n in order:
             node = node_of(n)
-            info = infos[n]
-            if info.role is not free:
-                for t in node.inputs:
-                    if t:
-                        got = users.get(t)
-                        if got is None:
-                            users[t] = [n]
-                        else:
-                            got.append(n)
-            if info.kernel:
+            role = infos[n].role
+            if role is _FREE:
+                continue
+            for t in node.inputs:
+                if t:
+                    got = users.get(t)
+                    if got is None:
+                        users[t] = [n]
+                    else:
+                        got.append(n)
+            if role is not _VIEW:
                 for t in reads[n]:
                     b = base.get(t, t)
                     got = readers.get(b)
@@ -219,7 +222,7 @@ class _Storage:
                 for t in node.outputs:
                     if t:
                         producer[t] = n
-            elif info.role is view and node.inputs and node.inputs[0] and node.outputs:
+            elif node.inputs and node.inputs[0] and node.outputs:
                 base[node.outputs[0]] = base.get(node.inputs[0], node.inputs[0])
         self.output_storages = {self.base_of(t) for t in graph.output_names}
 
@@ -267,14 +270,7 @@ class _Storage:
 def data_reads(graph: Graph, node: Node, info: NodeInfo) -> tuple[str, ...]:
     """The distinct tensors whose data the node reads: not Shape's input, not omitted ones; for If/Loop/Scan
     also the outer-scope values their bodies read."""
-    if info.role is Role.FREE:
-        return ()
-    entry = lookup(node.domain, node.op_type)
-    free = entry.free_inputs if entry is not None else frozenset()
-    out = [t for i, t in enumerate(node.inputs) if t and i not in free]
-    if info.role is Role.CONTROL:
-        out += [t for t in _captured(graph, node) if graph.tensor(t) is not None]
-    return tuple(dict.fromkeys(out))
+    return _data_reads_all(graph, (node,), {node.name: info})[node.name]
 
 
 def _captured(graph: Graph, node: Node) -> list[str]:
@@ -304,7 +300,24 @@ def sum_dims(values: Iterable[Dim | None]) -> Dim | None:
 # --------------------------------------------------------------------------- the grouping
 def fuse(graph: Graph, costs: CostResult, policy: Policy | str | None = None) -> FusionResult:
     """Partition the top-level nodes of ``graph`` into fusion groups under ``policy`` (default IDEAL)."""
-    pol = _policy(policy)
+    with _no_cyclic_gc():
+        return _fuse(graph, costs, _policy(policy))
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused: the pass allocates a few objects per node and frees them by
+    reference counting; collections triggered on the way would walk the whole heap again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _fuse(graph: Graph, costs: CostResult, pol: Policy) -> FusionResult:
     nodes = list(graph.nodes())
     producers = {t: n.name for n in nodes for t in n.outputs if t}
     order = _order(graph, nodes, producers)
@@ -423,65 +436,70 @@ def _sum(values: list[Dim | None]) -> Dim | None:
 
 def _groups(lists: Iterable[list[str]], graph: Graph, infos: Mapping[str, NodeInfo],
             costs: Mapping[str, NodeCost], storage: _Storage, in_order: bool) -> list[FusionGroup]:
-    """:func:`_group` of each list of members (in graph order), with ids ``g0``, ``g1``…, written out for speed."""
+    """The row of each group (its members in graph order), with ids ``g0``, ``g1``… (written out for speed).
+
+    ``bytes_fused`` is the group's crossing with every node running (:meth:`_Storage.crossing`); ``in_order``
+    when graph order is the storage's order."""
     out: list[FusionGroup] = []
     base, producer, readers, output_storages = storage.base, storage.producer, storage.readers, storage.output_storages
     sreads, graph_outputs, users, nbytes = storage.reads, storage.output_names, storage._users, storage._bytes
     node_of, tensor, missing, pos = graph.node, graph.tensor, _MISSING, storage.pos
     new, set_dict, group_cls = _NEW, _SET, FusionGroup
+    sums: dict[Any, Dim | None] = {}  # a symbolic count (or a pair, added) → sum_dims of it alone
     for i, members in enumerate(lists):
-        single = len(members) == 1
-        if single:
+        inputs: dict[str, str] = {}
+        outputs: dict[str, str] = {}
+        moved: list[Dim | None] = []
+        flops: Dim | None
+        unfused: Dim | None
+        fused: Dim | None
+        if len(members) == 1:
             n = members[0]
-            inside: Collection[str] = members
-            ordered = members
             info = infos[n]
             role = info.role
-            kernels = () if role is _VIEW or role is _FREE else (info,)
+            dtype = info.dtype
             c = costs.get(n)
             if c is None:
                 flops = unfused = None
             else:
                 flops = c.flops
-                if type(flops) is not int:
-                    flops = sum_dims((flops,))
+                if type(flops) is not int and flops is not None:
+                    got = sums.get(flops, missing)
+                    if got is missing:
+                        got = sums[flops] = sum_dims((flops,))
+                    flops = got  # type: ignore[assignment]
                 br, bw = c.bytes_read, c.bytes_written
                 if br is None or bw is None:
                     unfused = None
-                else:
+                elif type(br) is int and type(bw) is int:
                     unfused = br + bw
-                    if type(unfused) is not int:
-                        unfused = sum_dims((unfused,))
-        else:
-            inside = set(members)
-            ordered = members if in_order else sorted(inside, key=lambda x: pos.get(x, -1))
-            kernels = tuple(k for k in (infos[m] for m in members) if k.role is not _VIEW and k.role is not _FREE)
-            rows = [costs.get(m) for m in members]
-            flops = _sum([None if c is None else c.flops for c in rows])
-            unfused = _sum([None if c is None or c.bytes_read is None or c.bytes_written is None
-                            else c.bytes_read + c.bytes_written for c in rows])
-        # the storages crossing the border: read from outside once each, written for a reader outside once each
-        inputs: dict[str, str] = {}
-        moved: list[Dim | None] = []
-        written: list[str] = []
-        if kernels:
-            for m in ordered:
-                k = infos[m]
-                if k.role is _VIEW or k.role is _FREE:
-                    continue
-                for t in sreads[m]:
+                else:
+                    got = sums.get((br, bw), missing)
+                    if got is missing:
+                        got = sums[(br, bw)] = sum_dims((br + bw,))
+                    unfused = got  # type: ignore[assignment]
+            outputs_of = node_of(n).outputs
+            if role is _VIEW or role is _FREE:
+                anchor, opaque, fused = None, False, 0
+                for t in sreads[n][:1]:  # views only: what they alias
+                    inputs[base.get(t, t)] = t
+            else:
+                anchor = n if role is _ANCHOR else None
+                opaque = is_opaque(role)
+                for t in sreads[n]:
                     b = base.get(t, t)
-                    if b not in inputs and producer.get(b) not in inside:
+                    if b not in inputs and producer.get(b) != n:
                         inputs[b] = t
                         got = nbytes.get(t, missing)
                         if got is missing:
                             got = nbytes[t] = tensor_bytes(tensor(t))
                         moved.append(got)  # type: ignore[arg-type]
-                for t in node_of(m).outputs:
+                written: list[str] = []
+                for t in outputs_of:
                     if t and t not in written:
                         if t not in output_storages:
                             for r in readers.get(t, ()):
-                                if r not in inside:
+                                if r != n:
                                     break
                             else:
                                 continue
@@ -490,39 +508,83 @@ def _groups(lists: Iterable[list[str]], graph: Graph, infos: Mapping[str, NodeIn
                         if got is missing:
                             got = nbytes[t] = tensor_bytes(tensor(t))
                         moved.append(got)  # type: ignore[arg-type]
-            anchor = next((k.name for k in kernels if k.role is _ANCHOR), None)
-            dtype = infos[anchor].dtype if anchor else kernels[0].dtype
-            opaque = False
-            control = False
-            for k in kernels:
-                if is_opaque(k.role):
-                    opaque = True  # such a node never shares its group with a kernel
-                    control = control or k.role is _CONTROL
-            if control:  # opaque control flow: its body's own kernels, as the costs pass counted them
-                fused = unfused
-            else:
-                fused = 0
-                for v in moved:
-                    if type(v) is not int:
-                        fused = sum_dims(moved)
-                        break
-                    fused += v
-        else:  # views only: what they alias
-            anchor, dtype, opaque, fused = None, infos[members[0]].dtype, False, 0
-            for m in members:
-                for t in sreads[m][:1]:
-                    inputs.setdefault(base.get(t, t), t)
-        outputs: dict[str, str] = {}
-        for m in members:
-            for t in node_of(m).outputs:
+                if role is _CONTROL:  # opaque control flow: its body's own kernels, as the costs pass counted them
+                    fused = unfused
+                else:
+                    fused = 0
+                    for v in moved:
+                        if type(v) is not int:
+                            fused = sum_dims(moved)
+                            break
+                        fused += v
+            for t in outputs_of:
                 if t:
                     if t not in graph_outputs:
                         for u in users.get(t, ()):
-                            if u not in inside:
+                            if u != n:
                                 break
                         else:
                             continue
                     outputs.setdefault(base.get(t, t), t)
+        else:
+            inside = set(members)
+            kernels = [k for k in (infos[m] for m in members) if k.role is not _VIEW and k.role is not _FREE]
+            rows = [costs.get(m) for m in members]
+            flops = _sum([None if c is None else c.flops for c in rows])
+            unfused = _sum([None if c is None or c.bytes_read is None or c.bytes_written is None
+                            else c.bytes_read + c.bytes_written for c in rows])
+            if kernels:
+                wrote: set[str] = set()
+                for m in members if in_order else sorted(inside, key=lambda x: pos.get(x, -1)):
+                    k = infos[m]
+                    if k.role is _VIEW or k.role is _FREE:
+                        continue
+                    for t in sreads[m]:
+                        b = base.get(t, t)
+                        if b not in inputs and producer.get(b) not in inside:
+                            inputs[b] = t
+                            got = nbytes.get(t, missing)
+                            if got is missing:
+                                got = nbytes[t] = tensor_bytes(tensor(t))
+                            moved.append(got)  # type: ignore[arg-type]
+                    for t in node_of(m).outputs:
+                        if t and t not in wrote:
+                            if t not in output_storages:
+                                for r in readers.get(t, ()):
+                                    if r not in inside:
+                                        break
+                                else:
+                                    continue
+                            wrote.add(t)
+                            got = nbytes.get(t, missing)
+                            if got is missing:
+                                got = nbytes[t] = tensor_bytes(tensor(t))
+                            moved.append(got)  # type: ignore[arg-type]
+                anchor = None
+                opaque = control = False
+                for k in kernels:
+                    if anchor is None and k.role is _ANCHOR:
+                        anchor = k.name
+                    if is_opaque(k.role):
+                        opaque = True  # such a node never shares its group with a kernel
+                        control = control or k.role is _CONTROL
+                dtype = infos[anchor].dtype if anchor else kernels[0].dtype
+                fused = unfused if control else _sum(moved)
+            else:  # views only: what they alias
+                anchor, dtype, opaque, fused = None, infos[members[0]].dtype, False, 0
+                for m in members:
+                    for t in sreads[m][:1]:
+                        inputs.setdefault(base.get(t, t), t)
+            for m in members:
+                for t in node_of(m).outputs:
+                    if t:
+                        if t not in graph_outputs:
+                            for u in users.get(t, ()):
+                                if u not in inside:
+                                    break
+                            else:
+                                continue
+                        outputs.setdefault(base.get(t, t), t)
         group = new(group_cls)
         set_dict(group, "__dict__", {
             "id": f"g{i}", "nodes": tuple(members), "anchor": anchor, "dtype": dtype, "flops": flops,
@@ -628,6 +690,11 @@ def node_time(cost: NodeCost, hw: HardwareSpec, binding: Mapping[str, int]) -> f
 def fusion_section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int]) -> FusionSection:
     """Numbers for every group: time_unfused = Σ of its nodes' max(compute, memory); time_fused =
     max(group FLOPs / peak(anchor's or first kernel's dtype), bytes_fused / DRAM bandwidth)."""
+    with _no_cyclic_gc():
+        return _section(result, hw, binding)
+
+
+def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int]) -> FusionSection:
     rows: list[GroupNumbers] = []
     t_unf = t_fus = 0.0
     b_unf: Number = 0
@@ -637,6 +704,8 @@ def fusion_section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str,
     bandwidth = hw.memory_bandwidth
     peaks: dict[str, float] = {}
 
+    values: dict[Any, Any] = {}  # symbolic count (or a pair of them, summed) → its value
+
     def peak(dtype: str) -> float:
         got = peaks.get(dtype)
         if got is None:
@@ -644,41 +713,67 @@ def fusion_section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str,
         return got
 
     def num(value: Dim | None) -> Number | None:
-        return value if type(value) is int else _num(value, binding)
+        got = values.get(value, _MISSING)
+        if got is _MISSING:
+            got = values[value] = _num(value, binding)
+        return got  # type: ignore[return-value]
 
     for g in result.groups:
-        flops = num(g.flops)
-        unf, fus = num(g.bytes_unfused), num(g.bytes_fused)
-        times: list[float | None] = []
-        for n in g.nodes:  # node_time of each node
+        flops, unf, fus = g.flops, g.bytes_unfused, g.bytes_fused
+        if type(flops) is not int:
+            flops = num(flops)
+        if type(unf) is not int:
+            unf = num(unf)
+        if type(fus) is not int:
+            fus = num(fus)
+        known: list[float] = []  # node_time of each node, when known
+        missing = control = False
+        for n in g.nodes:
+            if infos[n].role is _CONTROL:
+                control = True
             c = costs.get(n)
             if c is None:
                 continue
-            f = num(c.flops)
+            f: Number | None = c.flops  # type: ignore[assignment]
+            if type(f) is not int:
+                f = num(c.flops)
+            moved: Number | None
             br, bw = c.bytes_read, c.bytes_written
-            moved = None if br is None or bw is None else num(br + bw)
+            if br is None or bw is None:
+                moved = None
+            elif type(br) is int and type(bw) is int:
+                moved = br + bw
+            else:
+                moved = values.get((br, bw), _MISSING)
+                if moved is _MISSING:
+                    moved = values[(br, bw)] = _num(br + bw, binding)
             compute = None if f is None else f / peak(c.dtype)
             memory = None if moved is None else moved / bandwidth
-            times.append(memory if compute is None else compute if memory is None or not memory > compute
-                         else memory)
-        time_unf = sum(t for t in times if t is not None) if any(t is not None for t in times) else None
-        if any(infos[n].role is _CONTROL for n in g.nodes):
+            t = memory if compute is None else compute if memory is None or not memory > compute else memory
+            if t is None:
+                missing = True
+            else:
+                known.append(t)
+        time_unf = sum(known) if known else None
+        if control:
             time_fus = time_unf
         else:
             compute = None if flops is None else flops / peak(g.dtype)
             memory = None if fus is None else fus / bandwidth
             time_fus = memory if compute is None else compute if memory is None or not memory > compute else memory
-        if flops is None or unf is None or fus is None or None in times:
+        if flops is None or unf is None or fus is None or missing:
             unknown += 1
         if unf is not None and fus is not None:
             b_unf += unf
             b_fus += fus
         t_unf += time_unf or 0.0
         t_fus += time_fus or 0.0
-        rows.append(_frozen(GroupNumbers, {
+        row = _NEW(GroupNumbers)
+        _SET(row, "__dict__", {
             "id": g.id, "nodes": g.nodes, "anchor": g.anchor, "flops": flops, "bytes_unfused": unf,
             "bytes_fused": fus, "time_unfused_s": time_unf, "time_fused_s": time_fus, "inputs": g.inputs,
-            "outputs": g.outputs}))
+            "outputs": g.outputs})
+        rows.append(row)
     totals = FusionTotals(len(rows), b_unf, b_fus, b_unf - b_fus, t_unf, t_fus, t_unf - t_fus, unknown)
     return FusionSection(result.policy, tuple(rows), result.boundaries, totals, result)
 

@@ -5,6 +5,8 @@ Expected numbers are closed forms written out term by term; graphs are ONNX text
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx
 import onnx.helper as oh
@@ -16,6 +18,7 @@ from onnx import TensorProto, numpy_helper
 from graphcost._dims import evaluate
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import load
+from graphcost.passes._fusion_policy import check
 from graphcost.passes.costs import count_costs
 from graphcost.passes.fusion import (
     IDEAL,
@@ -464,3 +467,144 @@ def test_dequantize_linear_joins_its_anchor_as_the_qdq_form_of_a_quantized_kerne
     r = fused(qdq, IDEAL.without("dequant_prologue"))
     assert groups(r) == [("DequantizeLinear_0",), ("MatMul_1", "Relu_2")]
     assert boundary(r, "DequantizeLinear_0", "MatMul_1").code == Code.PROLOGUE
+
+
+# --------------------------------------------------------------------------- invariants on random graphs, scale
+def _random_model(seed: int, n_ops: int = 45) -> onnx.ModelProto:
+    """A random DAG of anchors, elementwise ops, reductions, views, movement, casts, QDQ and free ops, with
+    fan-out, diamonds, long skips and graph outputs in the middle (shapes [2,8,16] and [2,8,1])."""
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    pool: list[tuple[str, str]] = [("x", "a"), ("x2", "a")]  # (tensor, "a" [2,8,16] | "r" [2,8,1] | "h" float16)
+
+    def init(arr: np.ndarray) -> str:
+        name = f"w{len(inits)}"
+        inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def add(op: str, ins: list[str], kind: str, **attrs: object) -> None:
+        out = f"t{len(nodes)}"
+        nodes.append(oh.make_node(op, ins, [out], name=f"{op}_{len(nodes)}", **attrs))
+        pool.append((out, kind))
+
+    def pick(kind: str) -> str:
+        got = [t for t, k in pool if k == kind]
+        return str(got[-1 - int(rng.integers(min(3, len(got))))] if rng.random() < 0.7 else got[rng.integers(len(got))])
+
+    for _ in range(n_ops):
+        op = rng.integers(12)
+        r_kind = "r" if any(k == "r" for _, k in pool) else "a"
+        if op <= 2:
+            add(str(rng.choice(["Relu", "Sigmoid", "Neg"])), [pick(str(rng.choice(["a", r_kind])))], "a")
+            pool[-1] = (pool[-1][0], "a" if nodes[-1].input[0] in [t for t, k in pool if k == "a"] else "r")
+        elif op <= 4:
+            other = pick(str(rng.choice(["a", r_kind]))) if rng.random() < 0.6 else init(rng.random(16, np.float32))
+            add(str(rng.choice(["Add", "Mul"])), [pick("a"), other], "a")
+        elif op == 5:
+            add("MatMul", [pick("a"), init(rng.random((16, 16), np.float32))], "a")
+        elif op == 6:
+            add(str(rng.choice(["ReduceMean", "ReduceMax"])), [pick("a"), init(np.array([-1], np.int64))], "r")
+        elif op == 7:
+            add(str(rng.choice(["Softmax", "Identity"])), [pick("a")], "a")
+        elif op == 8:
+            src = pick("a")
+            add("Reshape", [src, init(np.array([2, 128], np.int64))], "f")
+            add("Reshape", [pool[-1][0], init(np.array([2, 8, 16], np.int64))], "a")
+        elif op == 9:
+            add("Transpose", [pick("a")], "f", perm=[0, 2, 1])
+            add("Transpose", [pool[-1][0]], "a", perm=[0, 2, 1])
+        elif op == 10:
+            add("Cast", [pick("a")], "h", to=TensorProto.FLOAT16)
+            add("Cast", [pool[-1][0]], "a", to=TensorProto.FLOAT)
+        else:
+            q = f"q{len(nodes)}"
+            nodes.append(oh.make_node("QuantizeLinear", [pick("a"), init(np.array(0.1, np.float32))], [q],
+                                      name=f"Q_{len(nodes)}"))
+            add("DequantizeLinear", [q, init(np.array(0.1, np.float32))], "a")
+            shp = f"s{len(nodes)}"
+            nodes.append(oh.make_node("Shape", [pick("a")], [shp], name=f"Shape_{len(nodes)}"))
+            add("Reshape", [pool[-1][0], shp], "a")
+    produced = [t for t, k in pool[2:] if k in ("a", "r")]
+    outputs = sorted({produced[-1], *(t for t in produced if rng.random() < 0.1)})
+    graph = oh.make_graph(nodes, f"rand{seed}", [oh.make_tensor_value_info(x, TensorProto.FLOAT, [2, 8, 16])
+                                                  for x in ("x", "x2")],
+                          [oh.make_tensor_value_info(t, TensorProto.UNDEFINED, None) for t in outputs], inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_graphs_group_legally(seed: int) -> None:
+    r = fused(_random_model(seed))
+    graph = r.graph
+    names = [n.name for n in graph.nodes()]
+    assert sorted(m for g in r.groups for m in g.nodes) == sorted(names)  # a partition
+    assert all(g.nodes == tuple(sorted(g.nodes, key=names.index)) for g in r.groups)
+    # every group passes the rules as a whole (the merges that made it were checked on the whole union)
+    for g in r.groups:
+        members = tuple(n for n in g.nodes if r.infos[n].role is not Role.FREE)
+        if len(members) > 1:
+            assert check(Candidate(members[0], members[-1], "", members, r.infos, graph), IDEAL) is None, g
+    # boundaries join different groups; the groups form a DAG (no kernel waits for its own output)
+    assert all(r.index[b.producer] != r.index[b.consumer] for b in r.boundaries)
+    edges: dict[int, set[int]] = {}
+    for n in graph.nodes():
+        for t in n.inputs:
+            p = graph.producer(t) if t else None
+            if p is not None and r.index[p.name] != r.index[n.name]:
+                edges.setdefault(r.index[p.name], set()).add(r.index[n.name])
+    state: dict[int, int] = {}
+
+    def acyclic(g: int) -> bool:
+        if state.get(g) == 1:
+            return False
+        if state.get(g) == 2:
+            return True
+        state[g] = 1
+        ok = all(acyclic(s) for s in edges.get(g, ()))
+        state[g] = 2
+        return ok
+
+    assert all(acyclic(g) for g in range(len(r.groups)))
+    assert fused(_random_model(seed)).groups == r.groups  # and the same groups every time
+
+
+def test_rows_are_ordinary_frozen_dataclasses() -> None:
+    r = fused(HEAD + """
+    g (float[4,4] x) => (float[4,4] y) <int64[2] shp = {4,4}> {
+      a = Relu (x)
+      b = Transpose <perm = [1,0]> (a)
+      c = Reshape (a, shp)
+      y = Add (b, c)
+    }""")
+    sec = fusion_section(r, EDGE, {})
+    rows = [*r.groups, *r.boundaries, *sec.groups, *r.infos.values()]
+    assert r.boundaries and all(type(x).__name__ in ("FusionGroup", "Boundary", "GroupNumbers", "NodeInfo")
+                                for x in rows)
+    for row in rows:
+        clone = type(row)(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)})
+        assert clone == row and repr(clone) == repr(row) and hash(clone) == hash(row)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            row.nodes = ()  # type: ignore[misc, union-attr]
+
+
+def _chain(n: int, fan_in: bool) -> onnx.ModelProto:
+    if fan_in:  # x → n Relus, summed by a chain of Adds: every Relu joins the one group, from far away
+        nodes = [oh.make_node("Relu", ["x"], [f"r{i}"], name=f"r{i}") for i in range(n)]
+        nodes += [oh.make_node("Add", ["r0" if i == 1 else f"a{i - 1}", f"r{i}"], [f"a{i}"], name=f"a{i}")
+                  for i in range(1, n)]
+    else:
+        nodes = [oh.make_node("Relu" if i % 2 else "Exp", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}"], name=f"n{i}")
+                 for i in range(n)]
+    graph = oh.make_graph(nodes, "chain", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                          [oh.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [4, 16])])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("fan_in", [False, True])
+def test_long_chains_and_wide_fan_in_fuse_into_one_group(fan_in: bool) -> None:
+    # 3,000-op groups (the old quadratic bookkeeping took tens of seconds here; speed is measured in bench/)
+    graph = infer_shapes(load(_chain(3000, fan_in))).graph
+    costs = count_costs(graph)
+    r = fuse(graph, costs)
+    assert len(r.groups) == 1 and r.boundaries == ()
