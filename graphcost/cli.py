@@ -64,25 +64,45 @@ def _parser() -> argparse.ArgumentParser:
     hs.add_parser("list", help="list catalog devices")
     show = hs.add_parser("show", help="show one device (name or TOML file)")
     show.add_argument("name")
+    probe = _probe_module()
+    if probe is not None:
+        probe.register(hs, _hardware_flags)  # hardware detect | measure
     return p
 
 
-COMMAND_MODULES = ("graphcost._cmd_fusion", "graphcost._cmd_fold", "graphcost._cmd_audit", "graphcost._cmd_diff")
+COMMAND_MODULES = ("graphcost._cmd_fusion", "graphcost._cmd_fold", "graphcost._cmd_audit", "graphcost._cmd_diff",
+                   "graphcost._cmd_export", "graphcost._cmd_bench", "graphcost._cmd_gap", "graphcost._cmd_compare")
 """Subcommands that live in their own modules: each has ``register(subparsers, hardware_flags)`` and
 ``run(args) -> int`` (raising CliError for user errors)."""
 
 
 def _command_modules() -> list:  # type: ignore[type-arg]
-    import importlib
-
     out = []
     for name in COMMAND_MODULES:
-        try:
-            out.append(importlib.import_module(name))
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
+        module = _optional_module(name)
+        if module is not None:
+            out.append(module)
     return out
+
+
+def _optional_module(name: str):  # type: ignore[no-untyped-def]
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name != name:
+            raise
+        return None
+
+
+PROBE_MODULE = "graphcost._cmd_hardware_probe"
+"""``hardware detect`` and ``hardware measure``: ``register(hardware_subparsers, hardware_flags)`` and
+``run(args) -> int`` for ``args.hw_command`` in ``PROBE_COMMANDS``."""
+
+
+def _probe_module():  # type: ignore[no-untyped-def]
+    return _optional_module(PROBE_MODULE)
 
 
 def _hardware_flags(a: argparse.ArgumentParser) -> None:
@@ -249,7 +269,10 @@ def _main(argv: Sequence[str] | None) -> int:
                 return int(module.run(args))
         if args.command == "hardware":
             if args.hw_command is None:
-                raise CliError("hardware: expected 'list' or 'show NAME'")
+                raise CliError("hardware: expected 'list', 'show NAME', 'detect' or 'measure'")
+            probe = _probe_module()
+            if probe is not None and args.hw_command in probe.PROBE_COMMANDS:
+                return int(probe.run(args))
             return _cmd_hardware(args)
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
