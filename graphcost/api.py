@@ -17,8 +17,8 @@ from graphcost.load import Model, load
 from graphcost.passes.batchnorm import find_foldable
 from graphcost.passes.costs import CostResult, TensorRef, count_costs, tensor_bytes
 from graphcost.passes.fusion import FusionSection, Policy, fuse, fusion_section
-from graphcost.passes.liveness import TrainingOptions, liveness
-from graphcost.passes.roofline import roofline
+from graphcost.passes.liveness import MemoryResult, TrainingOptions, liveness
+from graphcost.passes.roofline import RESIDENCIES, roofline
 from graphcost.passes.shapes import infer_shapes
 from graphcost.report.model import (
     Coverage,
@@ -59,6 +59,7 @@ def analyze(
     training: TrainingOptions | None = None,
     alignment: int = 64,
     batchnorm: bool = True,
+    residency: str = "cold",
 ) -> Report:
     """Analyze a model (path, bytes, ModelProto or loaded Model) on a device.
 
@@ -69,9 +70,15 @@ def analyze(
     The later passes run by default and fill ``report.fusion`` (groups under ``fusion_policy``, default
     ``"ideal"``), ``report.memory`` (liveness peak, arena with ``alignment``, and ``training`` memory when
     given) and ``report.batchnorm`` (foldable batchnorms); switch each off with its flag.
+
+    ``residency`` says where a node's bytes can come from when the hardware spec knows on-chip levels:
+    ``"cold"`` (default: one inference; weights, inputs and outputs cross DRAM, activations that fit stay on chip)
+    or ``"warm"`` (a benchmark loop: when the model's footprint — weights plus the smallest possible activation
+    peak — fits the largest on-chip level, every byte may already be there). ``report.residency`` says which
+    applied; a warm request on a model that does not fit falls back to cold with a warning.
     """
     options = _Options(capacity=capacity, fusion=fusion, fusion_policy=fusion_policy, memory=memory,
-                       training=training, alignment=alignment, batchnorm=batchnorm)
+                       training=training, alignment=alignment, batchnorm=batchnorm, residency=residency)
     with _gc_paused():
         return _analyze(model, hardware=hardware, dims=dims, input_shapes=input_shapes, derate=derate,
                         options=options)
@@ -86,6 +93,7 @@ class _Options:
     training: TrainingOptions | None
     alignment: int
     batchnorm: bool
+    residency: str = "cold"
 
 
 @contextlib.contextmanager
@@ -127,7 +135,12 @@ def _analyze(
     defaulted = sorted(model_dims - set(bound))
     binding = {**{d: DEFAULT_DIM_VALUE for d in defaulted}, **bound}
     warnings.extend(_defaulted_warnings(defaulted, set(shapes.input_dims)))
-    bounds = roofline(costs, hw, binding, graph=graph, capacity=options.capacity)
+    memory = None
+    if options.memory:
+        memory = liveness(graph, binding, alignment=options.alignment, training=options.training)
+        warnings.extend(Warning_(None, f"memory: {w}") for w in memory.warnings)
+    residency = _residency(options, hw, graph, memory, warnings)
+    bounds = roofline(costs, hw, binding, graph=graph, capacity=options.capacity, residency=residency)
     warnings.extend(Warning_(w.node, w.message) for w in costs.warnings)
     formulas = {}
     if model_dims:
@@ -141,10 +154,6 @@ def _analyze(
     fusion = None
     if options.fusion:
         fusion = fusion_section(fuse(graph, costs, options.fusion_policy), hw, binding)
-    memory = None
-    if options.memory:
-        memory = liveness(graph, binding, alignment=options.alignment, training=options.training)
-        warnings.extend(Warning_(None, f"memory: {w}") for w in memory.warnings)
     batchnorm = None
     if options.batchnorm:
         batchnorm = BatchNormSection.of(find_foldable(graph, costs), hw, binding)
@@ -174,7 +183,26 @@ def _analyze(
         fusion=fusion,
         memory=memory,
         batchnorm=batchnorm,
+        residency=residency,
     )
+
+
+def _residency(options: _Options, hw: HardwareSpec, graph: Graph, memory: MemoryResult | None,
+               warnings: list[Warning_]) -> str:
+    """The residency the bounds use: warm only when the model's smallest possible footprint fits on chip."""
+    if options.residency not in RESIDENCIES:
+        raise ValueError(f"residency must be one of {', '.join(RESIDENCIES)}, got {options.residency!r}")
+    if options.residency == "cold" or not options.capacity or not hw.levels():
+        return "cold"
+    largest = hw.levels()[-1][0]
+    params = _parameter_totals(graph)[1]
+    footprint = params + (memory.min_peak_bytes if memory is not None else 0)
+    if footprint > largest:
+        warnings.append(Warning_(None, f"residency warm: the model's footprint ({footprint:,} B of weights and "
+                                       f"activations) exceeds the largest on-chip level ({largest:,} B); bounds "
+                                       "use cold residency"))
+        return "cold"
+    return "warm"
 
 
 def _group_ids(fusion: FusionSection | None, costs: CostResult) -> dict[str, str]:
@@ -270,6 +298,17 @@ def _walk(graph: Graph):  # type: ignore[no-untyped-def]
 
 
 def _model_info(m: Model, graph: Graph, node_count: int) -> ModelInfo:
+    params, param_bytes = _parameter_totals(graph)
+    p = m.proto
+    return ModelInfo(
+        path=m.path, ir_version=int(p.ir_version), opsets=m.opsets, producer=m.producer, node_count=node_count,
+        parameter_count=params, parameter_bytes=param_bytes,
+        inputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.input_names),
+        outputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.output_names))
+
+
+def _parameter_totals(graph: Graph) -> tuple[int, int]:
+    """(count, bytes) of the parameters of the graph and its child graphs (static shapes only)."""
     params = 0
     param_bytes = 0
     for g in _walk(graph):
@@ -282,12 +321,7 @@ def _model_info(m: Model, graph: Graph, node_count: int) -> ModelInfo:
                 params += n
             if isinstance(b, int):
                 param_bytes += b
-    p = m.proto
-    return ModelInfo(
-        path=m.path, ir_version=int(p.ir_version), opsets=m.opsets, producer=m.producer, node_count=node_count,
-        parameter_count=params, parameter_bytes=param_bytes,
-        inputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.input_names),
-        outputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.output_names))
+    return params, param_bytes
 
 
 def _coverage(nodes: tuple[NodeReport, ...]) -> Coverage:

@@ -54,7 +54,7 @@ DEFAULT_HARDWARE = "edge-soc"
 DTYPES = ("float64", "float32", "float16", "bfloat16", "float8", "int8", "int4")
 """Keys a ``peak_flops`` table may have: exactly the names ``HardwareSpec.peak_for`` looks up."""
 
-KINDS = ("gpu", "cpu", "soc", "npu", "custom")
+KINDS = ("gpu", "cpu", "soc", "npu", "custom", "measured")
 
 _DTYPE_ALIASES = {
     "fp64": "float64", "f64": "float64", "double": "float64",
@@ -67,7 +67,7 @@ _DTYPE_ALIASES = {
 
 _FIELDS = (
     "name", "aliases", "kind", "description", "peak_flops", "memory_bandwidth", "onchip_bytes",
-    "onchip_bandwidth", "energy_per_byte", "sustained_power_w", "sources",
+    "onchip_bandwidth", "cache_levels", "energy_per_byte", "sustained_power_w", "sources",
 )  # fmt: skip
 
 # Unit conversions for describe() only; specs stay in SI units.
@@ -227,6 +227,7 @@ def _parse_device(
     onchip_bandwidth = _number(table, "onchip_bandwidth", where)
     if onchip_bandwidth is not None and onchip_bytes is None:
         raise HardwareError(f"{where}: field 'onchip_bandwidth': needs onchip_bytes (what fits on chip)")
+    levels = _cache_levels(table.get("cache_levels"), where)
     energy = _number(table, "energy_per_byte", where)
     sources = _strings(table, "sources", where)
     if require_sources and not sources:
@@ -240,6 +241,7 @@ def _parse_device(
             memory_bandwidth=bandwidth,
             onchip_bytes=None if onchip_bytes is None else int(onchip_bytes),
             onchip_bandwidth=onchip_bandwidth,
+            cache_levels=levels,
             energy_per_byte=DEFAULT_ENERGY_PER_BYTE if energy is None else energy,
             sustained_power_w=_number(table, "sustained_power_w", where),
             kind=kind,
@@ -251,6 +253,26 @@ def _parse_device(
     except ValueError as err:  # HardwareSpec's own checks; the ones above should have caught it first
         raise HardwareError(f"{where}: {err}") from err
     return spec, _strings(table, "aliases", where)
+
+
+def _cache_levels(raw: object, where: str) -> tuple[tuple[int, float], ...]:
+    """``cache_levels = [[capacity_bytes, bandwidth], ...]``, smallest first."""
+    if raw is None:
+        return ()
+    field = f"{where}: field 'cache_levels'"
+    if not isinstance(raw, list):
+        raise HardwareError(f"{field}: a list of [capacity_bytes, bandwidth] pairs, smallest first")
+    out: list[tuple[int, float]] = []
+    for i, pair in enumerate(raw):
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise HardwareError(f"{field}[{i}]: expected [capacity_bytes, bandwidth]")
+        cap = _positive(pair[0], f"{field}[{i}] capacity")
+        if cap != int(cap):
+            raise HardwareError(f"{field}[{i}] capacity: must be a whole number of bytes")
+        out.append((int(cap), _positive(pair[1], f"{field}[{i}] bandwidth")))
+        if i and out[i][0] <= out[i - 1][0]:
+            raise HardwareError(f"{field}: capacities must grow, smallest level first")
+    return tuple(out)
 
 
 def _device_tables(text: str, origin: str) -> list[Mapping[str, Any]]:
@@ -449,6 +471,9 @@ def describe(spec: HardwareSpec) -> str:
         lines.append(f"  on-chip: {_bytes(spec.onchip_bytes)}, bandwidth not given")
     else:
         lines.append(f"  on-chip: {_bytes(spec.onchip_bytes)} at {spec.onchip_bandwidth / GIGA:.4g} GB/s")
+    if spec.cache_levels:
+        lines.append("  on-chip levels: " + ", ".join(f"{_bytes(cap)} at {bw / GIGA:.4g} GB/s"
+                                                       for cap, bw in spec.cache_levels))
     lines.append(f"  energy: {spec.energy_per_byte / PICO:.4g} pJ per DRAM byte")
     power = "not given" if spec.sustained_power_w is None else f"{spec.sustained_power_w:g} W"
     lines.append(f"  sustained power: {power}")
@@ -479,6 +504,8 @@ def to_toml(spec: HardwareSpec, aliases: Iterable[str] = ()) -> str:
     def value(v: object) -> str:
         if isinstance(v, str):
             return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+        if isinstance(v, list) and all(isinstance(item, (int, float)) for item in v):
+            return "[" + ", ".join(value(item) for item in v) + "]"  # a number pair: one line
         if isinstance(v, list):
             return "[" + "".join(f"\n    {value(item)}," for item in v) + "\n]" if v else "[]"
         if isinstance(v, float):
@@ -493,6 +520,7 @@ def to_toml(spec: HardwareSpec, aliases: Iterable[str] = ()) -> str:
         ("memory_bandwidth", float(spec.memory_bandwidth)),
         ("onchip_bytes", spec.onchip_bytes),
         ("onchip_bandwidth", spec.onchip_bandwidth),
+        ("cache_levels", [[cap, float(bw)] for cap, bw in spec.cache_levels] or None),
         ("energy_per_byte", float(spec.energy_per_byte)),
         ("sustained_power_w", spec.sustained_power_w),
         ("sources", list(spec.sources)),

@@ -48,6 +48,10 @@ class HardwareSpec:
     sources: tuple[str, ...] = ()
     derating: tuple[float, float] | None = field(default=None)
     """(compute, bandwidth) efficiency factors already applied to the peaks, or None for raw peaks."""
+    cache_levels: tuple[tuple[int, float], ...] = ()
+    """On-chip memory levels as (capacity bytes, bandwidth B/s), smallest first (L1, L2, L3 on a CPU). Optional:
+    without it the one level ``onchip_bytes``/``onchip_bandwidth`` describes is used; with it, that pair, when
+    given, is the largest level."""
 
     def __post_init__(self) -> None:
         if not self.peak_flops:
@@ -58,6 +62,21 @@ class HardwareSpec:
         if not self.memory_bandwidth > 0:
             raise ValueError(f"hardware {self.name!r}: memory_bandwidth must be > 0")
         object.__setattr__(self, "peak_flops", MappingProxyType(dict(self.peak_flops)))
+        levels = tuple((int(cap), float(bw)) for cap, bw in self.cache_levels)
+        for i, (cap, bw) in enumerate(levels):
+            if cap <= 0 or not bw > 0:
+                raise ValueError(f"hardware {self.name!r}: cache_levels[{i}] needs capacity > 0 and bandwidth > 0")
+            if i and cap <= levels[i - 1][0]:
+                raise ValueError(f"hardware {self.name!r}: cache_levels must grow in capacity, smallest first")
+        object.__setattr__(self, "cache_levels", levels)
+
+    def levels(self) -> tuple[tuple[int, float], ...]:
+        """On-chip levels with a bandwidth, smallest first: ``cache_levels`` plus the ``onchip_*`` pair when it is
+        larger than all of them. Empty when the spec knows no on-chip bandwidth (bounds are then DRAM-only)."""
+        out = list(self.cache_levels)
+        if self.onchip_bytes and self.onchip_bandwidth and (not out or self.onchip_bytes > out[-1][0]):
+            out.append((self.onchip_bytes, self.onchip_bandwidth))
+        return tuple(out)
 
     def peak_for(self, dtype: str) -> tuple[float, str]:
         """Peak ops/s for a compute dtype and the dtype whose peak it is.
@@ -89,5 +108,6 @@ class HardwareSpec:
             peak_flops={k: v * compute for k, v in self.peak_flops.items()},
             memory_bandwidth=self.memory_bandwidth * bandwidth,
             onchip_bandwidth=None if self.onchip_bandwidth is None else self.onchip_bandwidth * bandwidth,
+            cache_levels=tuple((cap, bw * bandwidth) for cap, bw in self.cache_levels),
             derating=(compute, bandwidth),
         )

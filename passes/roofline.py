@@ -1,13 +1,22 @@
 """Roofline: costs × hardware → per-node and total lower bounds on time, and the energy floor.
 
-Per node: compute time = FLOPs / peak(dtype), memory time = bytes / bandwidth, bound = the larger.
-The node's dtype is its first input's; the peak for it follows ``HardwareSpec.peak_for``.
+Per node: compute time = FLOPs / peak(dtype), memory time = the time its bytes need at the levels they can come
+from, bound = the larger. The node's dtype is its first input's; the peak for it follows ``HardwareSpec.peak_for``.
 
-Capacity is one of the limits. When the spec names an on-chip memory (capacity and bandwidth), a node
-whose whole working set (bytes read + written) fits on chip moves its *activation* bytes (tensors
-produced and consumed inside the graph) at on-chip bandwidth; weights, graph inputs and graph outputs
-always cross DRAM. Specs without on-chip bandwidth bound everything at DRAM bandwidth. The split is
-reported per node (``dram_bytes``) so the level every byte comes from is visible.
+Capacity is one of the limits. A spec may name on-chip levels (``HardwareSpec.levels()``: capacity and bandwidth,
+smallest first, e.g. L1, L2, L3). A node's working set is its bytes read + written. Its *resident* bytes are the
+ones that may already be on chip: activations produced and consumed inside the graph (``residency="cold"``, one
+inference from a cold start: weights, graph inputs and graph outputs cross DRAM), or every byte
+(``residency="warm"``, repeated runs of a model whose whole footprint fits the largest level — what a benchmark
+loop measures). When the working set fits the largest level, ``dram_bytes`` = bytes − resident bytes; otherwise
+every byte is a DRAM byte. Memory time is then a lower bound over the levels, each level a separate limit:
+
+    max( dram_bytes / DRAM bandwidth,
+         max over on-chip levels i of  max(0, bytes − capacity of level i−1) / bandwidth of level i )
+
+(all bytes pass the innermost level; only what a faster level cannot hold must come through a slower one).
+The limits overlap in time, so they combine with ``max``, never a sum. Specs without on-chip levels bound
+everything at DRAM bandwidth. ``dram_bytes`` is reported per node so the level every byte comes from is visible.
 
 Totals of times are sums over top-level nodes; ``totals.bound`` compares the summed compute and
 memory times. The energy floor is DRAM bytes × energy per byte (on-chip traffic is not charged).
@@ -92,6 +101,27 @@ def _onchip_bytes(graph: Graph | None, cost: NodeCost, binding: Mapping[str, int
     return total
 
 
+RESIDENCIES = ("cold", "warm")
+
+
+def memory_time(hw: HardwareSpec, moved: Number, dram: Number) -> float:
+    """Seconds to move ``moved`` bytes of which ``dram`` must come from DRAM (see the module docstring)."""
+    t = dram / hw.memory_bandwidth
+    inner = 0
+    for capacity, bandwidth in hw.levels():
+        t = max(t, max(0, moved - inner) / bandwidth)  # bytes the faster levels cannot hold pass this one
+        inner = capacity
+    return t
+
+
+def split_dram(hw: HardwareSpec, moved: Number, resident: Number, *, capacity: bool = True) -> Number:
+    """DRAM bytes of a working set of ``moved`` bytes, ``resident`` of which may already be on chip."""
+    levels = hw.levels() if capacity else ()
+    if not levels or moved > levels[-1][0]:
+        return moved
+    return moved - min(resident, moved)
+
+
 def roofline(
     costs: CostResult,
     hw: HardwareSpec,
@@ -99,9 +129,12 @@ def roofline(
     *,
     graph: Graph | None = None,
     capacity: bool = True,
+    residency: str = "cold",
 ) -> Bounds:
     """Bounds for every node; totals over top-level nodes. ``binding`` must bind every free dim."""
-    use_onchip = bool(capacity and hw.onchip_bytes and hw.onchip_bandwidth and graph is not None)
+    if residency not in RESIDENCIES:
+        raise ValueError(f"residency must be one of {', '.join(RESIDENCIES)}, got {residency!r}")
+    use_onchip = bool(capacity and hw.levels() and (graph is not None or residency == "warm"))
     rows: list[NodeBound] = []
     t_flops: Number = 0
     t_macs: Number = 0
@@ -123,11 +156,12 @@ def roofline(
         dram: Number | None = moved
         memory = None
         if moved is not None:
-            onchip: Number = 0
-            if use_onchip and c.depth == 0 and moved <= (hw.onchip_bytes or 0):
-                onchip = min(_onchip_bytes(graph, c, binding), moved)
-            dram = moved - onchip
-            memory = dram / hw.memory_bandwidth + (onchip / hw.onchip_bandwidth if onchip else 0.0)  # type: ignore[operator]
+            if use_onchip and c.depth == 0:
+                resident = moved if residency == "warm" else _onchip_bytes(graph, c, binding)
+                dram = split_dram(hw, moved, resident)
+                memory = memory_time(hw, moved, dram)
+            else:
+                memory = moved / hw.memory_bandwidth
         intensity = None if flops is None or not moved else flops / moved
         if compute is None and memory is None:
             roof, bound = None, None

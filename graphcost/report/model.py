@@ -179,6 +179,7 @@ def hardware_dict(hw: HardwareSpec) -> dict[str, Any]:
         "ridge_point": {k: v / hw.memory_bandwidth for k, v in hw.peak_flops.items()},
         "onchip_bytes": hw.onchip_bytes,
         "onchip_bandwidth": hw.onchip_bandwidth,
+        "cache_levels": [{"bytes": cap, "bandwidth": bw} for cap, bw in hw.cache_levels],
         "energy_per_byte": hw.energy_per_byte,
         "derating": None if hw.derating is None else {"compute": hw.derating[0], "bandwidth": hw.derating[1]},
     }
@@ -206,6 +207,8 @@ class Report:
     """MemoryResult: liveness peak, live set, bounds, reorder, arena, training (passes/liveness.py)."""
     batchnorm: Any = None
     """BatchNormResult: foldable batchnorms and refusals with reasons (passes/batchnorm.py)."""
+    residency: str = "cold"
+    """Where the bounds assume bytes come from: cold (one inference) or warm (a benchmark loop; passes/roofline.py)."""
 
     def by_op_type(self) -> list[OpTypeRow]:
         """Top-level nodes grouped by (domain, op_type), slowest first."""
@@ -242,6 +245,7 @@ class Report:
             "hardware": hardware_dict(self.hardware),
             "binding": dict(self.binding),
             "defaulted_dims": list(self.defaulted_dims),
+            "residency": self.residency,
             "totals": self.totals.to_dict(),
             "coverage": self.coverage.to_dict(),
             "shape_inference": list(self.shape_engines),
