@@ -1,0 +1,223 @@
+"""``graphcost bench MODEL``: measure a model in onnxruntime (and its native framework), optionally with the gap report.
+
+MODEL is an .onnx file, or ``ref:FRAMEWORK/ARCH`` for a reference model of ``graphcost.models.zoo``: that one is
+exported (and verified) into a temporary directory first, and ``--native`` also times it in its own framework on
+the same inputs. ``--gap`` (or the ``gap`` command) adds bounds, efficiencies and diagnoses.
+
+Exit codes: 0 measured (and, with ``--gap``, no row faster than its bound); 1 the gap report found an accounting
+error (a row measured faster than its bound); 2 bad input, one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+NAME = "bench"
+EXIT_ACCOUNTING = 1
+
+
+def add_measure_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="an .onnx file, or ref:FRAMEWORK/ARCH (e.g. ref:torch/cnn) for a reference model")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic dim for the inputs and the bounds (unbound dims are 1)")
+    p.add_argument("--batch", type=int, default=None, metavar="N", help="shorthand for --dim batch=N")
+    p.add_argument("--provider", default="cpu", help="onnxruntime execution provider: cpu (default), cuda, tensorrt")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="intra-op threads (default: ORT's)")
+    p.add_argument("--warmup", type=int, default=10, metavar="N", help="discarded warm-up runs (default 10)")
+    p.add_argument("--repeats", type=int, default=50, metavar="N", help="timed runs (default 50)")
+    p.add_argument("--level", default="all", choices=("basic", "extended", "all"),
+                   help="ORT graph optimization level (default all, ORT's own default)")
+    p.add_argument("--native", action="store_true",
+                   help="also time a ref: model in its own framework (torch eager, jax.jit, tf.function)")
+    p.add_argument("--compile", action="store_true", help="with --native on torch: time torch.compile too")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+
+
+def add_gap_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget-ms", type=float, default=None, metavar="MS",
+                   help="latency budget: checked against p99 at sustained clocks; a floor above it is a veto")
+    p.add_argument("--sustained-clock", type=float, default=1.0, metavar="F",
+                   help="sustained clock as a fraction of the benchmark clock (e.g. 0.72); default 1")
+    p.add_argument("--residency", choices=("warm", "cold"), default="warm",
+                   help="where bytes may come from (default warm: a benchmark loop on a model that fits on chip)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="kernel and group rows shown (text)")
+
+
+def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = subparsers.add_parser(
+        NAME, help="measure a model in onnxruntime (per-kernel times) and its native framework",
+        description="Time a model in onnxruntime (median, p90, p99, min, spread; per-kernel times from ORT's "
+                    "profiler mapped back to source nodes; measured memory) and, for ref: models with --native, "
+                    "in its own framework. --gap adds the gap report (see graphcost gap --help).")
+    add_measure_flags(p)
+    p.add_argument("--gap", action="store_true", help="add bounds, efficiency and a diagnosis per row")
+    add_gap_flags(p)
+    hardware_flags(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    return measure_and_report(args, gap=bool(args.gap))
+
+
+def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
+    from graphcost.cli import CliError, parse_dims, resolve_hardware
+
+    dims = parse_dims(args.dim)
+    if args.batch is not None:
+        dims["batch"] = args.batch
+    for flag, v in (("--warmup", args.warmup), ("--repeats", args.repeats)):
+        if v < (0 if flag == "--warmup" else 1):
+            raise CliError(f"{flag} {v}: must be ≥ {0 if flag == '--warmup' else 1}")
+    if gap and not 0 < args.sustained_clock <= 1:
+        raise CliError(f"--sustained-clock {args.sustained_clock:g}: must be in (0, 1] (e.g. 0.72)")
+    if gap and args.budget_ms is not None and not args.budget_ms > 0:
+        raise CliError(f"--budget-ms {args.budget_ms:g}: must be > 0")
+    hw = resolve_hardware(args) if gap else None
+    with tempfile.TemporaryDirectory(prefix="graphcost-bench-") as tmp:
+        path, native_model = _resolve_model(args.model, Path(tmp), dims)
+        ort_run = _run_ort(path, dims, args)
+        natives = _run_natives(native_model, ort_run, args) if args.native else []
+        if gap:
+            from graphcost import gap_report
+            from graphcost.report import gap_text
+
+            assert hw is not None
+            try:
+                report = gap_report.build(str(path), ort_run, hardware=hw, natives=natives,
+                                          budget_ms=args.budget_ms, sustained_clock=args.sustained_clock,
+                                          residency=args.residency, label=args.model)
+            except ValueError as e:
+                raise CliError(str(e).splitlines()[0]) from None
+            text = report.to_json() + "\n" if args.format == "json" else gap_text.render(report, top=args.top)
+            _write(args, text)
+            return EXIT_ACCOUNTING if report.errors else 0
+        _write(args, _bench_json(ort_run, natives) if args.format == "json" else _bench_text(ort_run, natives))
+        return 0
+
+
+def _resolve_model(spec: str, tmp: Path, dims: dict[str, int]) -> tuple[Path, Any]:
+    """The .onnx path to measure, and the native model when ``spec`` is ``ref:FRAMEWORK/ARCH``."""
+    from graphcost.cli import CliError
+
+    if not spec.startswith("ref:"):
+        p = Path(spec)
+        if not p.is_file():
+            raise CliError(f"{spec}: no such file")
+        return p, None
+    try:
+        framework, arch = spec[4:].split("/", 1)
+    except ValueError:
+        raise CliError(f"{spec}: expected ref:FRAMEWORK/ARCH, e.g. ref:torch/cnn") from None
+    try:
+        from graphcost.export import ExportError, export_native
+        from graphcost.models import zoo
+    except ImportError as e:
+        raise CliError(f"{spec}: {str(e).splitlines()[0]}") from None
+    if framework not in zoo.FRAMEWORKS or arch not in zoo.ARCHS:
+        raise CliError(f"{spec}: unknown reference model (frameworks: {', '.join(zoo.FRAMEWORKS)}; "
+                       f"archs: {', '.join(zoo.ARCHS)})")
+    try:
+        model = zoo.build_native(framework, arch, batch=dims.get("batch", 2), seq=dims.get("seq", 16))
+        out = tmp / f"{framework}_{arch}.onnx"
+        export_native(model, out)
+    except ImportError as e:
+        raise CliError(str(e).splitlines()[0]) from None
+    except ExportError as e:
+        raise CliError(f"{spec}: {str(e).splitlines()[0]}") from None
+    return out, model
+
+
+def _run_ort(path: Path, dims: dict[str, int], args: argparse.Namespace) -> Any:
+    from graphcost.cli import CliError
+    from graphcost.measure import run_ort
+
+    try:
+        return run_ort(path, binding=dims, provider=args.provider, threads=args.threads, warmup=args.warmup,
+                       repeats=args.repeats, level=args.level, seed=args.seed)
+    except (ValueError, RuntimeError, OSError) as e:
+        raise CliError(f"{path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+
+
+def _run_natives(model: Any, ort_run: Any, args: argparse.Namespace) -> list[Any]:
+    """The native framework's runs on the inputs ORT used (the ref model's own input order)."""
+    from graphcost.cli import CliError
+    from graphcost.measure import time_jax, time_tf, time_torch
+
+    if model is None:
+        raise CliError("--native needs a ref:FRAMEWORK/ARCH model (an .onnx file has no native framework)")
+    inputs = list(model.inputs.values())
+    kw = {"warmup": args.warmup, "repeats": args.repeats}
+    if model.framework == "torch":
+        runs = [time_torch(model.forward, inputs, threads=args.threads, **kw)]
+        if args.compile:
+            runs.append(time_torch(model.forward, inputs, compile=True, threads=args.threads, **kw))
+        return runs
+    if model.framework == "jax":
+        return [time_jax(model.forward, inputs, **kw)]
+    return [time_tf(model.forward, inputs, **kw)]
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
+    from graphcost.cli import CliError
+
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise CliError(f"--output {args.output}: cannot write ({e.strerror or e})") from None
+    else:
+        sys.stdout.write(text)
+
+
+def _bench_text(run: Any, natives: list[Any]) -> str:
+    from graphcost.report.units import bytes_, seconds
+
+    lat = run.latency
+    shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in run.input_shapes.items())
+    out = [f"bench: {run.model}  ({shapes}; ORT {run.ort_version}, {run.provider}, level {run.level}, "
+           f"{run.intra_op_threads} threads, {run.warmup} warm-up + {run.repeats} runs)",
+           f"  {'runner':<24} {'median':>10} {'p90':>10} {'p99':>10} {'min':>10} {'spread':>10}"]
+    rows = [(f"onnxruntime/{run.provider}", lat)] + [(f"{n.framework}/{n.mode}/{n.device}", n.latency)
+                                                     for n in natives]
+    for name, t in rows:
+        out.append(f"  {name:<24} {seconds(t.median):>10} {seconds(t.p90):>10} {seconds(t.p99):>10} "
+                   f"{seconds(t.min):>10} {seconds(t.spread):>10}")
+    out.append(f"  measured memory: {bytes_(run.memory_peak_bytes) if run.memory_peak_bytes is not None else 'n/a'}"
+               f" ({run.memory_source})")
+    kernels = sorted(run.kernels, key=lambda k: -k.timing.median)
+    out.append(f"  kernels (profiled, slowest first): {len(kernels)}")
+    for k in kernels[:10]:
+        covers = ", ".join(k.covers[:3]) + (f" +{len(k.covers) - 3}" if len(k.covers) > 3 else "")
+        out.append(f"    {k.op_type + ' ' + k.name:<48.48} {seconds(k.timing.median):>10}  covers {covers or '-'}")
+    for n in natives:
+        for note in n.notes:
+            out.append(f"  note ({n.framework}): {note}")
+    for w in run.warnings:
+        out.append(f"  warning: {w}")
+    return "\n".join(out) + "\n"
+
+
+def _bench_json(run: Any, natives: list[Any]) -> str:
+    import json
+
+    d = {
+        "schema": "graphcost.bench/1", "model": run.model, "provider": run.provider, "level": run.level,
+        "threads": run.intra_op_threads, "warmup": run.warmup, "repeats": run.repeats,
+        "binding": dict(run.binding), "input_shapes": {k: list(v) for k, v in run.input_shapes.items()},
+        "latency": run.latency.to_dict(), "ort_version": run.ort_version,
+        "memory": {"peak_bytes": run.memory_peak_bytes, "source": run.memory_source},
+        "kernels": [{"name": k.name, "op_type": k.op_type, "domain": k.domain, "provider": k.provider,
+                     "covers": list(k.covers), "timing": k.timing.to_dict()} for k in run.kernels],
+        "native": [{"framework": n.framework, "mode": n.mode, "device": n.device, "version": n.version,
+                    "latency": n.latency.to_dict(), "memory": dict(n.memory), "notes": list(n.notes)}
+                   for n in natives],
+        "warnings": list(run.warnings),
+    }
+    return json.dumps(d, indent=2) + "\n"

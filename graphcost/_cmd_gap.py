@@ -1,0 +1,32 @@
+"""``graphcost gap MODEL``: measured time next to the roofline bound, per model, kernel and fusion group.
+
+The same measurement as ``graphcost bench --gap`` (see ``graphcost/_cmd_bench.py`` for the flags and exit codes,
+``graphcost/gap.py`` for the bounds and the diagnosis bands, docs/gap.md for the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from graphcost._cmd_bench import add_gap_flags, add_measure_flags, measure_and_report
+
+NAME = "gap"
+
+
+def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = subparsers.add_parser(
+        NAME, help="how far a measured model is from its roofline bound, and why",
+        description="Measure the model in onnxruntime (and its native framework with --native on a ref: model), "
+                    "bound every ORT kernel and ideal fusion group, and diagnose each from measured ÷ bound: "
+                    "below 1 the accounting or the timer is wrong (exit 1); ~1.2 at the roof; ~3 bytes not "
+                    "counted; 20+ overhead. Use roofs measured by `graphcost hardware measure -o spec.toml` "
+                    "(--hardware spec.toml) for a machine's real limits.")
+    add_measure_flags(p)
+    add_gap_flags(p)
+    hardware_flags(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    return measure_and_report(args, gap=True)

@@ -1,0 +1,223 @@
+"""``graphcost compare``: one workload across every installed framework plus onnxruntime, side by side.
+
+The classic workload is the seed chapter's dense layer (1024→1024 at batch 1, 16, 64, 256): its intensity grows
+with the batch, so batch 1 sits far below the ridge point and batch 256 much closer. Any reference architecture of
+``graphcost.models.zoo`` works too. For each framework that is installed, the model is built natively (same seed,
+same weights in every framework), timed natively (torch eager, jax.jit, tf.function), and the first framework's
+model is exported once (dynamic batch) for the onnxruntime rows. Each row's bound is the bound of the exported
+graph at that batch (ideal fusion groups, warm residency: see ``graphcost/gap.py``), so every runner is held to
+the same roof. A framework that is not installed is skipped with a note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphcost.gap import WALL_RESOLUTION_S, Diagnosis, SetBound, diagnose
+from graphcost.hardware.spec import HardwareSpec
+
+DENSE_BATCHES = (1, 16, 64, 256)
+RUNNERS = ("torch", "jax", "tf", "onnxruntime")
+EXTRA = {"torch": "torch", "jax": "jax", "tf": "tf"}
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    runner: str
+    shape: str
+    batch: int
+    bound: SetBound
+    median_s: float
+    spread_s: float  # ± : half the p90 − p10 range would hide outliers; this is p90 − min
+    p99_s: float
+    diagnosis: Diagnosis
+
+    @property
+    def efficiency(self) -> float | None:
+        b = self.bound.bound_s
+        return None if b is None or not self.median_s > 0 else b / self.median_s
+
+    @property
+    def flops_per_s(self) -> float | None:
+        return None if self.bound.flops is None or not self.median_s > 0 else self.bound.flops / self.median_s
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return None if self.bound.bytes is None or not self.median_s > 0 else self.bound.bytes / self.median_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runner": self.runner, "shape": self.shape, "batch": self.batch, "bound": self.bound.to_dict(),
+                "median_s": self.median_s, "spread_s": self.spread_s, "p99_s": self.p99_s,
+                "efficiency": self.efficiency, "flops_per_s": self.flops_per_s, "bytes_per_s": self.bytes_per_s,
+                "diagnosis": self.diagnosis.to_dict()}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    arch: str
+    hardware: HardwareSpec
+    rows: tuple[CompareRow, ...]
+    skipped: tuple[str, ...]  # "jax: not installed (pip install 'graphcost[jax]')"
+    exported_from: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        from graphcost.report.model import hardware_dict
+
+        return {"schema": "graphcost.compare/1", "arch": self.arch, "hardware": hardware_dict(self.hardware),
+                "exported_from": self.exported_from, "rows": [r.to_dict() for r in self.rows],
+                "skipped": list(self.skipped)}
+
+
+def shape_label(arch: str, batch: int, features: int, seq: int) -> str:
+    if arch == "dense":
+        return f"{batch}×{features}→{features}"
+    if arch == "transformer":
+        return f"{arch} {batch}×{seq}×64"
+    return f"{arch} b={batch}"
+
+
+def compare(arch: str = "dense", *, hardware: HardwareSpec, batches: Sequence[int] = DENSE_BATCHES,
+            frameworks: Sequence[str] = RUNNERS, features: int = 1024, seq: int = 16, warmup: int = 10,
+            repeats: int = 50, threads: int | None = None, workdir: str | Path,
+            progress: Callable[[str], None] | None = None) -> Comparison:
+    """Time ``arch`` at each batch in each installed framework and in onnxruntime; see the module docstring."""
+    from graphcost.export import export_native
+    from graphcost.measure import installed_frameworks, run_ort
+    from graphcost.models import zoo
+
+    say = progress or (lambda _msg: None)
+    have = installed_frameworks()
+    skipped: list[str] = []
+    natives = []
+    for fw in ("torch", "jax", "tf"):
+        if fw not in frameworks:
+            continue
+        if have.get(fw) is None:
+            skipped.append(f"{fw}: not installed (pip install 'graphcost[{EXTRA[fw]}]')")
+        else:
+            natives.append(fw)
+    onnx_path: Path | None = None
+    exported_from = None
+    rows: list[CompareRow] = []
+    bounds: dict[int, SetBound] = {}
+    for batch in batches:
+        label = shape_label(arch, batch, features, seq)
+        for fw in natives:
+            say(f"{fw} {label}")
+            model = zoo.build_native(fw, arch, batch=batch, seq=seq, features=features)
+            if onnx_path is None and "onnxruntime" in frameworks:
+                onnx_path = Path(workdir) / f"{fw}_{arch}.onnx"
+                export_native(model, onnx_path)
+                exported_from = fw
+            timed = _time_native(fw, model, warmup=warmup, repeats=repeats, threads=threads)
+            bound = _bound(onnx_path, model, batch, seq, hardware, bounds)
+            rows.append(_row(fw, label, batch, bound, timed.latency))
+        if "onnxruntime" in frameworks:
+            if onnx_path is None:
+                skipped.append("onnxruntime: no framework installed to build and export the model from")
+                continue
+            say(f"onnxruntime {label}")
+            binding = {"batch": batch, **({"seq": seq} if arch == "transformer" else {})}
+            run = run_ort(onnx_path, binding=binding, threads=threads, warmup=warmup, repeats=repeats,
+                          profile=False)
+            bound = _bound(onnx_path, None, batch, seq, hardware, bounds)
+            rows.append(_row("onnxruntime", label, batch, bound, run.latency))
+    return Comparison(arch, hardware, tuple(rows), tuple(skipped), exported_from)
+
+
+def _time_native(fw: str, model: Any, *, warmup: int, repeats: int, threads: int | None) -> Any:
+    from graphcost.measure import time_jax, time_tf, time_torch
+
+    inputs = list(model.inputs.values())
+    if fw == "torch":
+        return time_torch(model.forward, inputs, warmup=warmup, repeats=repeats, threads=threads)
+    if fw == "jax":
+        return time_jax(model.forward, inputs, warmup=warmup, repeats=repeats)
+    return time_tf(model.forward, inputs, warmup=warmup, repeats=repeats)
+
+
+def _bound(onnx_path: Path | None, model: Any, batch: int, seq: int, hw: HardwareSpec,
+           cache: dict[int, SetBound]) -> SetBound:
+    """The model bound at ``batch``: the exported graph's ideal fusion groups, each one kernel, warm residency."""
+    if batch in cache:
+        return cache[batch]
+    if onnx_path is None:
+        raise ValueError("compare needs onnxruntime among the runners to bound the model (the bound is computed on "
+                         "the exported graph)")
+    from graphcost.gap import ZERO, Bounder
+    from graphcost.load import load
+    from graphcost.passes.costs import count_costs
+    from graphcost.passes.fusion import fuse
+    from graphcost.passes.liveness import liveness
+    from graphcost.passes.shapes import infer_shapes
+
+    m = load(onnx_path)
+    names = set()
+    for t in m.graph().input_names:
+        tensor = m.graph().tensor(t)
+        if tensor is not None and tensor.shape is not None:
+            names |= {str(d) for d in tensor.shape if not isinstance(d, int)}
+    binding = {d: (seq if d == "seq" else batch) for d in names}
+    shapes = infer_shapes(m, dims=binding)
+    costs = count_costs(shapes.graph)
+    memory = liveness(shapes.graph, binding)
+    levels = hw.levels()
+    residency = "warm" if levels and memory.parameter_bytes + memory.min_peak_bytes <= levels[-1][0] else "cold"
+    bounder = Bounder(shapes.graph, costs.nodes, hw, binding, residency=residency)
+    total = ZERO
+    for g in fuse(shapes.graph, costs).groups:
+        total = total + bounder.of(g.nodes)
+    cache[batch] = total
+    return total
+
+
+def _row(runner: str, shape: str, batch: int, bound: SetBound, latency: Any) -> CompareRow:
+    return CompareRow(runner, shape, batch, bound, float(latency.median), float(latency.spread),
+                      float(latency.p99), diagnose(float(latency.median), bound.bound_s, WALL_RESOLUTION_S))
+
+
+def render(c: Comparison, *, bar_width: int = 20) -> str:
+    """The side-by-side table: one row per runner and shape."""
+    from graphcost.report.units import si
+
+    hw = c.hardware
+    head = (f"{'framework':<12} {'shape':<16} {'FLOPs':>13} {'MB moved':>9} {'AI':>6} {'ms(med)':>9} {'±ms':>7} "
+            f"{'effic.':>7}  {'roofline':<{bar_width + 2}} {'GFLOP/s':>8} {'GB/s':>8} {'bound':>7}")
+    ridge = hw.ridge_point("float32")
+    out = [f"compare {c.arch} on {hw.name} (fp32 peak {si(hw.peak_for('float32')[0], 'FLOP/s')}, DRAM "
+           f"{si(hw.memory_bandwidth, 'B/s')}, ridge {ridge:.3g} FLOP/B)", "─" * len(head), head, "─" * len(head)]
+    order = {name: i for i, name in enumerate(RUNNERS)}
+    rows = sorted(c.rows, key=lambda r: (order.get(r.runner, len(order)), r.batch))
+    for i, r in enumerate(rows):
+        if i and r.runner != rows[i - 1].runner:
+            out.append("")
+        eff = r.efficiency
+        filled = 0 if eff is None else max(0, min(bar_width, round(eff * bar_width)))
+        bar = "[" + "█" * filled + "░" * (bar_width - filled) + "]"
+        out.append(f"{r.runner:<12} {r.shape:<16.16} {_int(r.bound.flops):>13} {_mb(r.bound.bytes):>9} "
+                   f"{_f(r.bound.intensity, 1):>6} {r.median_s * 1e3:>9.3f} {r.spread_s * 1e3:>7.3f} "
+                   f"{'?' if eff is None else f'{100 * eff:.1f}%':>7}  {bar} "
+                   f"{_f(None if r.flops_per_s is None else r.flops_per_s / 1e9, 1):>8} "
+                   f"{_f(None if r.bytes_per_s is None else r.bytes_per_s / 1e9, 1):>8} {r.bound.bound or '?':>7}")
+    out.append("─" * len(head))
+    out.append("efficiency = bound ÷ measured median; ± = p90 − min; bytes: each input and output once "
+               "(docs/conventions.md)")
+    out += [f"skipped {s}" for s in c.skipped]
+    if c.exported_from:
+        out.append(f"onnxruntime runs the model exported from {c.exported_from}")
+    return "\n".join(out) + "\n"
+
+
+def _int(v: float | None) -> str:
+    return "?" if v is None else f"{int(v):,}"
+
+
+def _mb(v: float | None) -> str:
+    return "?" if v is None else f"{v / 1e6:.1f}"
+
+
+def _f(v: float | None, digits: int) -> str:
+    return "?" if v is None else f"{v:.{digits}f}"

@@ -1,0 +1,350 @@
+"""The gap report: measured time next to the bound, per model, ORT kernel and fusion group, with a diagnosis.
+
+Bounds here are the bounds of *sets of nodes* executed as one kernel: FLOPs = the sum over the set, bytes = the
+set's compulsory traffic (each tensor read from outside the set once, each tensor the set writes that is read
+outside it, or is a graph output, once), timed with the capacity-aware memory time of ``passes/roofline.py`` and
+``residency`` (``"warm"`` by default: a benchmark loop re-runs a model whose footprint may sit on chip).
+
+Rows:
+- **kernel** — one unit of ORT's optimized graph (kernels linked by minted tensors, ``graphcost.fusion_ort``)
+  and the source nodes it computes; observed = the median over profiled runs of the unit's kernel times.
+  A layout/dtype conversion unit computes no source node: its bound moves its tensor in and out once.
+- **group** — an ideal fusion group (``passes/fusion.py``), merged with any other group an ORT unit spans;
+  bound = the merged set as one kernel, observed = the sum of its units. Efficiency below the kernel rows'
+  says ORT left fusion on the table there.
+- **model** — per runner: observed = the latency median (p99 for the budget); bound = the smaller of the
+  ideal groups' and ORT's units' summed bounds (the fastest partition either knows), with the one-kernel floor
+  (the whole model as one set) beside it.
+
+Diagnosis from ratio = observed ÷ bound (``efficiency`` = bound ÷ observed), thresholds in ``BANDS``:
+below 1 beyond noise — the accounting (or the timer) is wrong; up to 1.5 — at the roof; up to 8 — bytes the
+accounting does not see (re-reads, spills, layout copies); up to 20 — kernel inefficiency; 20 and more —
+overhead (launch, dispatch, allocation, Python). Noise = the timer's resolution + ``RELATIVE_NOISE`` × bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphcost._dims import Dim, evaluate
+from graphcost.graph import Graph, TensorKind
+from graphcost.hardware.spec import HardwareSpec
+from graphcost.passes.costs import NodeCost, tensor_bytes
+from graphcost.passes.roofline import memory_time, split_dram
+
+Number = int | float
+
+PROFILER_RESOLUTION_S = 1e-6
+"""ORT's profiler writes kernel durations in whole microseconds."""
+WALL_RESOLUTION_S = 1e-6
+"""perf_counter around a session.run or a framework call: well under a microsecond, plus call jitter."""
+RELATIVE_NOISE = 0.05
+"""Clock and scheduling drift between the roof microbenchmarks and the measured run."""
+
+
+@dataclass(frozen=True)
+class Band:
+    code: str
+    upto: float  # ratio (observed ÷ bound) below which this band applies
+    verdict: str
+    next_steps: tuple[str, ...]
+
+
+BANDS: tuple[Band, ...] = (
+    Band("at-roof", 1.5, "at the roof: the kernel is as fast as its bytes or FLOPs allow",
+         ("stop tuning this kernel; only less work helps: fuse it with its neighbours, lower the precision, "
+          "or change the algorithm",)),
+    Band("bytes-not-counted", 8.0, "a few times the bound: it moves bytes the accounting does not count",
+         ("look for re-reads (tiling that does not fit the cache), spills, layout conversions and dtype casts "
+          "around it",
+          "compare against an ORT level or a runner that fuses it; check the kernel's measured traffic with a "
+          "profiler's memory counters")),
+    Band("inefficient", 20.0, "far from the roof but not overhead-bound: the kernel itself is slow",
+         ("check that all threads work (intra-op threads, parallel dims large enough) and that the kernel "
+          "vectorizes",
+          "try another implementation of the op (a library kernel, another execution provider, another layout)")),
+    Band("overhead", float("inf"), "20× or more over the bound: overhead dominates (launch, dispatch, "
+         "allocation, Python)",
+         ("give each call more work: a larger batch, fused ops, fewer tiny kernels",
+          "remove per-call costs: CUDA graphs / torch.compile / jax.jit / tf.function, I/O binding, no host "
+          "syncs or allocations in the loop")),
+)
+ACCOUNTING = Band("accounting", 1.0, "MEASURED FASTER THAN THE BOUND: the accounting or the timer is wrong",
+                  ("treat it as a bug: check the FLOP/byte rules of these nodes, the shapes the bound used "
+                   "(dims bound to the measured inputs?), the hardware roofs (measured with graphcost hardware "
+                   "measure?), and the residency of the bytes",
+                   "check the timer: warm-up discarded, the device synchronized before reading the clock"))
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    code: str
+    verdict: str
+    next_steps: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "verdict": self.verdict, "next_steps": list(self.next_steps)}
+
+
+def diagnose(observed_s: float, bound_s: float | None, resolution_s: float) -> Diagnosis:
+    """The band of ``observed ÷ bound``; an unknown bound gives code ``unknown``."""
+    if bound_s is None or not bound_s > 0:
+        return Diagnosis("unknown", "no bound: a node in it has no cost rule or an unknown shape",
+                         ("see the analyze report's unknown nodes",))
+    if faster_than_bound(observed_s, bound_s, resolution_s):
+        return Diagnosis(ACCOUNTING.code, ACCOUNTING.verdict, ACCOUNTING.next_steps)
+    ratio = observed_s / bound_s
+    band = next(b for b in BANDS if ratio < b.upto)
+    return Diagnosis(band.code, band.verdict, band.next_steps)
+
+
+def faster_than_bound(observed_s: float, bound_s: float, resolution_s: float) -> bool:
+    """Faster than the bound beyond timer noise (resolution + RELATIVE_NOISE of the bound)."""
+    return observed_s + resolution_s + RELATIVE_NOISE * bound_s < bound_s
+
+
+@dataclass(frozen=True)
+class SetBound:
+    """The bound of a set of nodes run as one kernel."""
+
+    flops: Number | None
+    bytes: Number | None
+    dram_bytes: Number | None
+    compute_s: float | None
+    memory_s: float | None
+    dtype: str
+
+    @property
+    def bound_s(self) -> float | None:
+        if self.compute_s is None or self.memory_s is None:
+            return None
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bound(self) -> str | None:
+        if self.compute_s is None or self.memory_s is None:
+            return None
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+    @property
+    def intensity(self) -> float | None:
+        return None if self.flops is None or not self.bytes else self.flops / self.bytes
+
+    def sustained(self, clock: float) -> float | None:
+        """The bound when the compute clock runs at ``clock`` × the clock the roofs were measured at."""
+        if self.compute_s is None or self.memory_s is None:
+            return None
+        return max(self.compute_s / clock, self.memory_s)
+
+    def __add__(self, other: SetBound) -> SetBound:
+        def add(a: Number | None, b: Number | None) -> Number | None:
+            return None if a is None or b is None else a + b
+
+        return SetBound(add(self.flops, other.flops), add(self.bytes, other.bytes),
+                        add(self.dram_bytes, other.dram_bytes),
+                        add(self.compute_s, other.compute_s), add(self.memory_s, other.memory_s),  # type: ignore[arg-type]
+                        self.dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"flops": self.flops, "bytes": self.bytes, "dram_bytes": self.dram_bytes,
+                "intensity": self.intensity, "compute_time_s": self.compute_s, "memory_time_s": self.memory_s,
+                "bound_time_s": self.bound_s, "bound": self.bound, "dtype": self.dtype}
+
+
+ZERO = SetBound(0, 0, 0, 0.0, 0.0, "float32")
+
+
+class Bounder:
+    """Set bounds over one analyzed graph (shapes inferred, costs counted) under one binding and device."""
+
+    def __init__(self, graph: Graph, costs: Iterable[NodeCost], hw: HardwareSpec, binding: Mapping[str, int],
+                 *, residency: str = "warm", capacity: bool = True) -> None:
+        self.graph = graph
+        self.costs = {c.name: c for c in costs if c.depth == 0}
+        self.hw = hw
+        self.binding = dict(binding)
+        self.residency = residency
+        self.capacity = capacity
+        self._outputs = set(graph.output_names)
+        self._bytes: dict[str, Number | None] = {}
+
+    def tensor_bytes(self, name: str) -> Number | None:
+        if name not in self._bytes:
+            b: Dim | None = tensor_bytes(self.graph.tensor(name))
+            self._bytes[name] = None if b is None else evaluate(b, self.binding)
+        return self._bytes[name]
+
+    def _resident(self, name: str) -> bool:
+        if self.residency == "warm":
+            return True
+        t = self.graph.tensor(name)
+        return t is not None and t.kind == TensorKind.ACTIVATION and name not in self._outputs
+
+    def of(self, nodes: Iterable[str]) -> SetBound:
+        """The bound of ``nodes`` (top-level node names) as one kernel."""
+        members = [self.costs[n] for n in nodes if n in self.costs]
+        inside = {c.name for c in members}
+        flops: Number | None = 0
+        heaviest: tuple[Number, str] = (-1, "float32")
+        reads: set[str] = set()
+        writes: set[str] = set()
+        for c in members:
+            f = None if c.flops is None else evaluate(c.flops, self.binding)
+            flops = None if f is None or flops is None else flops + f
+            if f is not None and f > heaviest[0]:
+                heaviest = (f, c.dtype)
+            for ref in c.inputs:
+                prod = self.graph.producer(ref.name)
+                if prod is None or prod.name not in inside:
+                    reads.add(ref.name)
+            for ref in c.outputs:
+                if ref.name in self._outputs or any(n.name not in inside for n in self.graph.consumers(ref.name)):
+                    writes.add(ref.name)
+        return self._bound(flops, reads, writes, heaviest[1] if members else "float32")
+
+    def of_conversion(self, tensor: str) -> SetBound:
+        """A layout/dtype conversion of ``tensor``: read it once, write it once."""
+        return self._bound(0, {tensor}, {tensor}, "float32", twice=True)
+
+    def _bound(self, flops: Number | None, reads: set[str], writes: set[str], dtype: str, *,
+               twice: bool = False) -> SetBound:
+        moved: Number | None = 0
+        resident: Number = 0
+        for name, count in [*((r, 1) for r in reads), *((w, 1) for w in writes if not twice or w not in reads)]:
+            b = self.tensor_bytes(name)
+            if b is None or moved is None:
+                moved = None
+                continue
+            moved += b * count
+            if self._resident(name):
+                resident += b * count
+        if twice and moved is not None:
+            moved, resident = 2 * moved, 2 * resident
+        peak = self.hw.peak_for(dtype)[0]
+        compute = None if flops is None else flops / peak
+        if moved is None:
+            return SetBound(flops, None, None, compute, None, dtype)
+        dram = split_dram(self.hw, moved, resident, capacity=self.capacity)
+        mem = memory_time(self.hw, moved, dram) if self.capacity else moved / self.hw.memory_bandwidth
+        return SetBound(flops, moved, dram, compute, mem, dtype)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A measured time: the statistic used, its spread, and the timer's resolution."""
+
+    median_s: float
+    p99_s: float
+    min_s: float
+    spread_s: float
+    samples: int
+    resolution_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median_s": self.median_s, "p99_s": self.p99_s, "min_s": self.min_s, "spread_s": self.spread_s,
+                "samples": self.samples, "resolution_s": self.resolution_s}
+
+
+def observed_from(timing: Any, resolution_s: float) -> Observed:
+    """An Observed from a ``graphcost.measure.Timing``."""
+    return Observed(float(timing.median), float(timing.p99), float(timing.min), float(timing.spread),
+                    len(timing.samples), resolution_s)
+
+
+@dataclass(frozen=True)
+class GapRow:
+    level: str  # "model" | "kernel" | "group"
+    label: str
+    runner: str
+    bound: SetBound
+    observed: Observed
+    nodes: tuple[str, ...] = ()
+    kernels: tuple[str, ...] = ()
+    diagnosis: Diagnosis = field(default_factory=lambda: Diagnosis("unknown", "", ()))
+
+    @property
+    def efficiency(self) -> float | None:
+        b = self.bound.bound_s
+        return None if b is None or not self.observed.median_s > 0 else b / self.observed.median_s
+
+    @property
+    def ratio(self) -> float | None:
+        b = self.bound.bound_s
+        return None if not b else self.observed.median_s / b
+
+    @property
+    def achieved_flops_per_s(self) -> float | None:
+        f = self.bound.flops
+        return None if f is None or not self.observed.median_s > 0 else f / self.observed.median_s
+
+    @property
+    def achieved_bytes_per_s(self) -> float | None:
+        b = self.bound.bytes
+        return None if b is None or not self.observed.median_s > 0 else b / self.observed.median_s
+
+    @property
+    def faster_than_bound(self) -> bool:
+        return self.diagnosis.code == ACCOUNTING.code
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "label": self.label, "runner": self.runner, "nodes": list(self.nodes),
+                "kernels": list(self.kernels), "bound": self.bound.to_dict(), "observed": self.observed.to_dict(),
+                "efficiency": self.efficiency, "ratio": self.ratio,
+                "achieved_flops_per_s": self.achieved_flops_per_s,
+                "achieved_bytes_per_s": self.achieved_bytes_per_s,
+                "faster_than_bound": self.faster_than_bound, "diagnosis": self.diagnosis.to_dict()}
+
+
+def row(level: str, label: str, runner: str, bound: SetBound, observed: Observed, *,
+        nodes: Sequence[str] = (), kernels: Sequence[str] = ()) -> GapRow:
+    """A row with its diagnosis."""
+    d = diagnose(observed.median_s, bound.bound_s, observed.resolution_s)
+    return GapRow(level, label, runner, bound, observed, tuple(nodes), tuple(kernels), d)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A latency budget checked against p99 at sustained clocks (the seed chapter's rule)."""
+
+    budget_s: float
+    sustained_clock: float
+    p99_s: float
+    floor_s: float | None
+
+    @property
+    def p99_sustained_s(self) -> float:
+        return self.p99_s / self.sustained_clock  # the clock drops, the time stretches
+
+    @property
+    def veto(self) -> bool:
+        """The bound alone exceeds the slice: no kernel work can fit it."""
+        return self.floor_s is not None and self.floor_s > self.budget_s
+
+    @property
+    def fits(self) -> bool:
+        return not self.veto and self.p99_sustained_s <= self.budget_s
+
+    @property
+    def speedup_needed(self) -> float:
+        return max(1.0, self.p99_sustained_s / self.budget_s)
+
+    @property
+    def verdict(self) -> str:
+        if self.veto:
+            assert self.floor_s is not None
+            return (f"VETO: the floor already exceeds the slice ({self.floor_s * 1e3:.3g} ms bound at sustained "
+                    f"clocks > {self.budget_s * 1e3:.3g} ms): change the model, the input size or the precision; "
+                    "no kernel work will fit it")
+        if self.fits:
+            return (f"fits: p99 at sustained clocks {self.p99_sustained_s * 1e3:.3g} ms ≤ "
+                    f"{self.budget_s * 1e3:.3g} ms budget")
+        return (f"misses: p99 at sustained clocks {self.p99_sustained_s * 1e3:.3g} ms > "
+                f"{self.budget_s * 1e3:.3g} ms budget; needs {self.speedup_needed:.2f}× "
+                "(the floor allows it: optimization can fit it)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"budget_s": self.budget_s, "sustained_clock": self.sustained_clock, "p99_s": self.p99_s,
+                "p99_sustained_s": self.p99_sustained_s, "floor_sustained_s": self.floor_s, "fits": self.fits,
+                "veto": self.veto, "speedup_needed": self.speedup_needed, "verdict": self.verdict}

@@ -1,0 +1,253 @@
+"""Assemble the gap report of one model: bounds from the analyzer, times from onnxruntime and native runners.
+
+See ``graphcost/gap.py`` for how a row is bounded and diagnosed. This module joins the pieces:
+
+1. analyze the model (shapes, costs, ideal fusion groups, liveness) under the binding the run used;
+2. bound every ORT unit (the kernels ``graphcost.measure.run_ort`` profiled, mapped back to source nodes);
+3. merge ideal groups that an ORT unit spans, bound each merged set as one kernel, and sum its units' times;
+4. bound the model per runner, check the budget, and collect the rows measured faster than their bound.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from graphcost.gap import (
+    PROFILER_RESOLUTION_S,
+    WALL_RESOLUTION_S,
+    ZERO,
+    Bounder,
+    Budget,
+    GapRow,
+    Observed,
+    SetBound,
+    observed_from,
+    row,
+)
+from graphcost.hardware.spec import HardwareSpec
+
+SCHEMA = "graphcost.gap/1"
+
+
+@dataclass(frozen=True)
+class MemoryCheck:
+    measured_bytes: int | None
+    source: str
+    liveness_peak_bytes: int | None
+    min_peak_bytes: int | None
+    conservative_peak_bytes: int | None
+    arena_bytes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class GapReport:
+    model: str
+    hardware: HardwareSpec
+    binding: Mapping[str, int]
+    residency: str
+    provider: str
+    models: tuple[GapRow, ...]  # one per runner (onnxruntime first)
+    kernels: tuple[GapRow, ...]
+    groups: tuple[GapRow, ...]
+    floor: SetBound  # the whole model as one kernel
+    ideal: SetBound  # Σ ideal fusion groups, each one kernel
+    ort_partition: SetBound  # Σ ORT units
+    unattributed_s: float  # profiled time of kernels mapped to no source node
+    memory: MemoryCheck | None
+    budget: Budget | None
+    notes: tuple[str, ...]
+
+    @property
+    def errors(self) -> tuple[GapRow, ...]:
+        """Rows measured faster than their bound: accounting errors, said loudly."""
+        return tuple(r for r in (*self.models, *self.kernels, *self.groups) if r.faster_than_bound)
+
+    def to_dict(self) -> dict[str, Any]:
+        from graphcost.report.model import hardware_dict
+
+        return {
+            "schema": SCHEMA, "model": self.model, "hardware": hardware_dict(self.hardware),
+            "binding": dict(self.binding), "residency": self.residency, "provider": self.provider,
+            "floor": self.floor.to_dict(), "ideal_fused": self.ideal.to_dict(),
+            "ort_partition": self.ort_partition.to_dict(),
+            "models": [r.to_dict() for r in self.models], "kernels": [r.to_dict() for r in self.kernels],
+            "groups": [r.to_dict() for r in self.groups], "unattributed_s": self.unattributed_s,
+            "memory": None if self.memory is None else self.memory.to_dict(),
+            "budget": None if self.budget is None else self.budget.to_dict(),
+            "accounting_errors": [f"{r.level} {r.label}" for r in self.errors], "notes": list(self.notes),
+        }
+
+    def to_json(self) -> str:
+        from graphcost.report.model import _finite
+
+        return json.dumps(_finite(self.to_dict()), indent=2)
+
+
+def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any] = (),
+          budget_ms: float | None = None, sustained_clock: float = 1.0, residency: str = "warm",
+          capacity: bool = True, label: str | None = None) -> GapReport:
+    """The gap report of ``path`` from an ``OrtRun`` (and ``NativeRun``s of the same model and inputs)."""
+    from graphcost.load import load
+    from graphcost.passes.costs import count_costs
+    from graphcost.passes.fusion import fuse
+    from graphcost.passes.liveness import liveness
+    from graphcost.passes.shapes import infer_shapes
+
+    if not 0 < sustained_clock <= 1:
+        raise ValueError(f"--sustained-clock must be in (0, 1], got {sustained_clock:g}")
+    binding = dict(run.binding)
+    shapes = infer_shapes(load(path), input_shapes={k: list(v) for k, v in run.input_shapes.items()},
+                          dims=binding or None)
+    graph = shapes.graph
+    costs = count_costs(graph)
+    top = [c for c in costs.nodes if c.depth == 0]
+    memory = liveness(graph, binding)
+    notes: list[str] = []
+    applied = _residency(residency, hardware, memory, notes, capacity)
+    bounder = Bounder(graph, top, hardware, binding, residency=applied, capacity=capacity)
+
+    kernels, unit_bounds, unit_times, unattributed = _kernel_rows(run, bounder, notes)
+    groups, ideal = _group_rows(run, bounder, fuse(graph, costs), unit_bounds, unit_times)
+    ort_partition = sum(unit_bounds.values(), ZERO)
+    floor = bounder.of(c.name for c in top)
+    model_bound = ideal if _lt(ideal.bound_s, ort_partition.bound_s) else ort_partition
+    models = [row("model", "whole model", f"onnxruntime/{run.provider}", model_bound,
+                  observed_from(run.latency, WALL_RESOLUTION_S), nodes=())]
+    for native in natives:
+        models.append(row("model", "whole model", f"{native.framework}/{native.mode}/{native.device}", model_bound,
+                          observed_from(native.latency, WALL_RESOLUTION_S)))
+    budget = None
+    if budget_ms is not None:
+        floor_s = model_bound.sustained(sustained_clock)
+        budget = Budget(budget_ms / 1e3, sustained_clock, float(run.latency.p99), floor_s)
+    mem = MemoryCheck(run.memory_peak_bytes, run.memory_source, memory.peak_activation_bytes, memory.min_peak_bytes,
+                      memory.conservative_peak_bytes, None if memory.arena is None else memory.arena.bytes)
+    return GapReport(label or path, hardware, binding, applied, run.provider, tuple(models), tuple(kernels),
+                     tuple(groups), floor, ideal, ort_partition, unattributed, mem, budget, tuple(notes))
+
+
+def _lt(a: float | None, b: float | None) -> bool:
+    return a is not None and (b is None or a < b)
+
+
+def _residency(asked: str, hw: HardwareSpec, memory: Any, notes: list[str], capacity: bool) -> str:
+    if asked == "cold" or not capacity or not hw.levels():
+        return "cold"
+    footprint = memory.parameter_bytes + memory.min_peak_bytes
+    if footprint > hw.levels()[-1][0]:
+        notes.append(f"residency: the model's footprint ({footprint:,} B) exceeds the largest on-chip level "
+                     f"({hw.levels()[-1][0]:,} B): weights and inputs are bounded from DRAM (cold)")
+        return "cold"
+    return "warm"
+
+
+def _kernel_rows(run: Any, bounder: Bounder, notes: list[str]
+                 ) -> tuple[list[GapRow], dict[int, SetBound], dict[int, tuple[float, ...]], float]:
+    """One row per ORT unit; its bound and its observed time (the sum of its kernels, per profiled run)."""
+    mapping = run.mapping
+    by_unit: dict[int, list[Any]] = {}
+    unattributed = 0.0
+    for k in run.kernels:
+        if k.unit is None:
+            unattributed += float(k.timing.median)
+            continue
+        by_unit.setdefault(k.unit, []).append(k)
+    if unattributed:
+        notes.append(f"{unattributed * 1e6:.1f} µs of kernel time maps to no source node (not bounded)")
+    rows: list[GapRow] = []
+    bounds: dict[int, SetBound] = {}
+    times: dict[int, tuple[float, ...]] = {}
+    for unit_index, ks in sorted(by_unit.items()):
+        unit = mapping.units[unit_index]
+        if unit.covers:
+            bound = bounder.of(unit.covers)
+        elif unit.conversion_of:
+            bound = bounder.of_conversion(unit.conversion_of)
+        else:
+            continue
+        times[unit_index] = _per_run_sum([k.timing.samples for k in ks])
+        obs = _observed(times[unit_index], PROFILER_RESOLUTION_S * len(ks))
+        bounds[unit_index] = bound
+        label = " + ".join(_kernel_label(k) for k in ks)
+        if unit.conversion_of:
+            label += f" (converts {unit.conversion_of})"
+        rows.append(row("kernel", label, f"onnxruntime/{run.provider}", bound, obs, nodes=unit.covers,
+                        kernels=[k.name for k in ks]))
+    rows.sort(key=lambda r: -r.observed.median_s)
+    return rows, bounds, times, unattributed
+
+
+def _kernel_label(k: Any) -> str:
+    dom = {"": "", "ai.onnx": "", "com.microsoft": "ms.", "com.microsoft.nchwc": "nchwc."}.get(k.domain,
+                                                                                             f"{k.domain}.")
+    return f"{dom}{k.op_type} {k.name}"
+
+
+def _per_run_sum(samples: Sequence[Sequence[float]]) -> tuple[float, ...]:
+    """Several kernels' times added run by run (the runs all kernels have)."""
+    runs = min(len(s) for s in samples)
+    return tuple(sum(s[i] for s in samples) for i in range(runs))
+
+
+def _observed(samples: Sequence[float], resolution: float) -> Observed:
+    from graphcost.measure.stats import timing
+
+    return observed_from(timing(samples), resolution)
+
+
+def _group_rows(run: Any, bounder: Bounder, fusion: Any, unit_bounds: Mapping[int, SetBound],
+                unit_times: Mapping[int, tuple[float, ...]]) -> tuple[list[GapRow], SetBound]:
+    """Ideal groups merged where an ORT unit spans several; each merged set bounded as one kernel."""
+    groups = fusion.groups
+    parent = list(range(len(groups)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    index = {n: i for i, g in enumerate(groups) for n in g.nodes}
+    unit_home: dict[int, int] = {}
+    for u in unit_times:
+        unit = run.mapping.units[u]
+        homes = [index[n] for n in unit.covers if n in index]
+        if not homes and unit.conversion_of:
+            prod = bounder.graph.producer(unit.conversion_of)
+            homes = [index[prod.name]] if prod is not None and prod.name in index else []
+        for h in homes[1:]:
+            parent[find(h)] = find(homes[0])
+        if homes:
+            unit_home[u] = homes[0]
+    ideal = ZERO
+    for g in groups:
+        ideal = ideal + bounder.of(g.nodes)
+    members: dict[int, list[int]] = {}
+    for i in range(len(groups)):
+        members.setdefault(find(i), []).append(i)
+    units_of: dict[int, list[int]] = {}
+    for u, h in unit_home.items():
+        units_of.setdefault(find(h), []).append(u)
+    rows: list[GapRow] = []
+    for root, gs in members.items():
+        us = units_of.get(root)
+        if not us:
+            continue  # nothing measured: ORT folded these nodes away
+        nodes = [n for i in gs for n in groups[i].nodes]
+        bound = bounder.of(nodes)
+        for u in us:  # conversions ORT added on top of the set's own traffic
+            if not run.mapping.units[u].covers:
+                bound = bound + unit_bounds[u]
+        kernels = [k for k in run.kernels if k.unit in us]
+        obs = _observed(_per_run_sum([unit_times[u] for u in us]), PROFILER_RESOLUTION_S * len(kernels))
+        label = "+".join(groups[i].id for i in gs)
+        rows.append(row("group", label, f"onnxruntime/{run.provider}", bound, obs, nodes=nodes,
+                        kernels=[k.name for k in kernels]))
+    rows.sort(key=lambda r: -r.observed.median_s)
+    return rows, ideal

@@ -1,0 +1,82 @@
+"""The gap report as plain text: model rows per runner, the slowest kernels and groups, what each diagnosis
+means and what to do next, memory and budget. Accounting errors come first and in capitals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphcost.report.units import bytes_, seconds
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:.1f}%"
+
+
+def _ratio(x: float | None) -> str:
+    return "?" if x is None else f"{x:.2f}×"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render(report: Any, *, top: int = 10) -> str:
+    """``report``: a ``graphcost.gap_report.GapReport``."""
+    hw = report.hardware
+    binding = ", ".join(f"{k}={v}" for k, v in report.binding.items()) or "static shapes"
+    out = [f"gap report: {report.model}",
+           f"  hardware {hw.name}; residency {report.residency}; {binding}",
+           f"  bounds: one-kernel floor {seconds(report.floor.bound_s)} · ideal fusion {seconds(report.ideal.bound_s)}"
+           f" · ORT's partition {seconds(report.ort_partition.bound_s)}"]
+    errors = report.errors
+    if errors:
+        out.append("")
+        out.append(f"ACCOUNTING ERROR: {len(errors)} row(s) measured faster than their bound beyond timer noise —"
+                   " the accounting or the timer is wrong:")
+        out += [f"  {r.level} {_cut(r.label, 60)}: {seconds(r.observed.median_s)} < bound "
+                f"{seconds(r.bound.bound_s)}" for r in errors]
+    out += ["", "model"]
+    head = (f"  {'runner':<26} {'median':>10} {'p99':>10} {'bound':>10} {'effic.':>7} {'ratio':>8} "
+            f"{'GFLOP/s':>8} {'GB/s':>8} {'bound by':>8}  diagnosis")
+    out.append(head)
+    for r in report.models:
+        out.append(f"  {_cut(r.runner, 26):<26} {seconds(r.observed.median_s):>10} {seconds(r.observed.p99_s):>10} "
+                   f"{seconds(r.bound.bound_s):>10} {_pct(r.efficiency):>7} {_ratio(r.ratio):>8} "
+                   f"{_g(r.achieved_flops_per_s):>8} {_g(r.achieved_bytes_per_s):>8} {r.bound.bound or '?':>8}  "
+                   f"{r.diagnosis.code}")
+    for title, rows in (("kernels (ORT units, slowest first)", report.kernels),
+                        ("fusion groups (ideal groups ORT's kernels span, slowest first)", report.groups)):
+        out += ["", f"{title}: {len(rows)}"]
+        out.append(f"  {'':<44} {'median':>10} {'bound':>10} {'effic.':>7} {'ratio':>8} {'bound by':>8}  diagnosis")
+        for r in rows[:top]:
+            out.append(f"  {_cut(r.label, 44):<44} {seconds(r.observed.median_s):>10} {seconds(r.bound.bound_s):>10} "
+                       f"{_pct(r.efficiency):>7} {_ratio(r.ratio):>8} {r.bound.bound or '?':>8}  {r.diagnosis.code}")
+        if len(rows) > top:
+            out.append(f"  … {len(rows) - top} more (--top N, or --format json)")
+    if report.unattributed_s:
+        out.append(f"  unattributed kernel time: {seconds(report.unattributed_s)}")
+    seen: dict[str, Any] = {}
+    for r in (*report.models, *report.kernels, *report.groups):
+        seen.setdefault(r.diagnosis.code, r.diagnosis)
+    out += ["", "what the diagnoses mean"]
+    for code, d in seen.items():
+        out.append(f"  {code}: {d.verdict}")
+        out += [f"    - {step}" for step in d.next_steps]
+    m = report.memory
+    if m is not None:
+        out += ["", "memory"]
+        out.append(f"  measured: {bytes_(m.measured_bytes) if m.measured_bytes is not None else 'not available'}"
+                   f" ({m.source})")
+        out.append(f"  liveness: peak {bytes_(m.liveness_peak_bytes)} (bounds {bytes_(m.min_peak_bytes)} … "
+                   f"{bytes_(m.conservative_peak_bytes)}), arena {bytes_(m.arena_bytes)}")
+    if report.budget is not None:
+        b = report.budget
+        out += ["", f"budget {seconds(b.budget_s)} (p99, sustained clock ×{b.sustained_clock:g})", f"  {b.verdict}"]
+    if report.notes:
+        out += [""] + [f"note: {n}" for n in report.notes]
+    return "\n".join(out) + "\n"
+
+
+def _g(x: float | None) -> str:
+    return "?" if x is None else f"{x / 1e9:.2f}"
+

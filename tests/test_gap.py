@@ -1,0 +1,127 @@
+"""The gap report: set bounds in closed form, the diagnosis bands, the budget rule, and a real ORT run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx.parser
+import pytest
+
+from graphcost.gap import BANDS, Bounder, Budget, diagnose, faster_than_bound
+from graphcost.hardware.spec import HardwareSpec
+from graphcost.load import load
+from graphcost.passes.costs import count_costs
+from graphcost.passes.shapes import infer_shapes
+
+FP32 = 4
+ROOT = Path(__file__).resolve().parents[1]
+HW = HardwareSpec("t", {"float32": 1e12}, 10e9)  # 1 TFLOP/s, 10 GB/s, no on-chip levels
+
+
+def _bounder(text: str, hw: HardwareSpec = HW, residency: str = "cold") -> Bounder:
+    graph = infer_shapes(load(onnx.parser.parse_model(text))).graph
+    return Bounder(graph, count_costs(graph).nodes, hw, {}, residency=residency)
+
+
+CONV_RELU = """<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,8,16,16] x, float[8,8,3,3] w) => (y) {
+    c = Conv <pads = [1, 1, 1, 1]> (x, w)
+    y = Relu(c)
+}"""
+
+
+def test_a_set_moves_its_external_tensors_once() -> None:
+    b = _bounder(CONV_RELU)
+    act = 1 * 8 * 16 * 16 * FP32  # x, c and y are all 1×8×16×16 floats
+    weights = 8 * 8 * 3 * 3 * FP32
+    macs = 8 * 16 * 16 * 8 * 3 * 3  # output elements × (input channels × kernel)
+    fused = b.of([n.name for n in b.graph.nodes()])
+    assert fused.flops == 2 * macs + act // FP32  # conv MACs × 2 + one max per element for the Relu
+    assert fused.bytes == act + weights + act  # read x and w, write y; c stays inside the set
+    conv = b.of([next(iter(b.graph.nodes())).name])
+    assert conv.bytes == act + weights + act  # alone, the conv writes c for the Relu to read
+    assert fused.memory_s == pytest.approx((2 * act + weights) / 10e9)
+    assert fused.compute_s == pytest.approx((2 * macs + act // FP32) / 1e12)
+    assert fused.bound_s == max(fused.memory_s, fused.compute_s)  # type: ignore[type-var]
+
+
+def test_warm_residency_uses_the_level_that_holds_the_set() -> None:
+    # L2-like level of 1 MiB at 100 GB/s: the whole conv+relu set (~21 KB) fits
+    hw = HardwareSpec("c", {"float32": 1e12}, 10e9, cache_levels=((1 << 20, 100e9),))
+    warm = _bounder(CONV_RELU, hw, "warm")
+    cold = _bounder(CONV_RELU, hw, "cold")
+    names = [n.name for n in warm.graph.nodes()]
+    act = 8 * 16 * 16 * FP32
+    weights = 8 * 8 * 3 * 3 * FP32
+    moved = 2 * act + weights
+    w, c = warm.of(names), cold.of(names)
+    assert w.dram_bytes == 0 and w.memory_s == pytest.approx(moved / 100e9)
+    assert c.dram_bytes == moved  # cold: x, w and the graph output y all cross DRAM
+    assert c.memory_s == pytest.approx(max(moved / 10e9, moved / 100e9))
+
+
+def test_conversion_moves_its_tensor_in_and_out() -> None:
+    b = _bounder(CONV_RELU)
+    assert b.of_conversion("x").bytes == 2 * 8 * 16 * 16 * FP32
+
+
+@pytest.mark.parametrize(("ratio", "code"), [(1.1, "at-roof"), (1.2, "at-roof"), (3.0, "bytes-not-counted"),
+                                             (10.0, "inefficient"), (20.0, "overhead"), (500.0, "overhead")])
+def test_bands(ratio: float, code: str) -> None:
+    bound = 1e-3  # 1 ms: timer resolution is negligible here
+    assert diagnose(ratio * bound, bound, 1e-6).code == code
+
+
+def test_faster_than_the_bound_beyond_noise_is_an_accounting_error() -> None:
+    bound = 100e-6
+    # noise = resolution 1 µs + 5 % of the bound (5 µs): 94 µs is within it, 93 µs is not
+    assert not faster_than_bound(94.5e-6, bound, 1e-6)
+    assert faster_than_bound(93e-6, bound, 1e-6)
+    d = diagnose(50e-6, bound, 1e-6)
+    assert d.code == "accounting" and "FASTER THAN THE BOUND" in d.verdict
+    assert diagnose(1e-3, None, 1e-6).code == "unknown"
+    assert [b.upto for b in BANDS] == sorted(b.upto for b in BANDS)
+
+
+def test_budget_the_seed_chapters_problem_4() -> None:
+    # 9.5 ms mean on the bench; p99 = 1.35 × mean; sustained clock 72 % of the bench clock; 12 ms slice
+    p99 = 9.5e-3 * 1.35
+    b = Budget(12e-3, 0.72, p99, floor_s=5e-3)
+    assert b.p99_sustained_s == pytest.approx(p99 / 0.72)  # 17.8 ms
+    assert not b.fits and not b.veto
+    assert b.speedup_needed == pytest.approx(p99 / 0.72 / 12e-3)  # 1.48×
+    assert "needs 1.48×" in b.verdict
+    assert Budget(12e-3, 0.72, p99, floor_s=13e-3).veto  # the floor alone exceeds the slice
+    assert "VETO" in Budget(12e-3, 0.72, p99, floor_s=13e-3).verdict
+    assert Budget(20e-3, 0.72, p99, floor_s=5e-3).fits
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "graphcost", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+
+
+def test_gap_cli_on_a_shipped_model(tmp_path: Path) -> None:
+    out = tmp_path / "gap.json"
+    r = _cli("gap", "models/tiny_cnn.onnx", "--dim", "batch=2", "--warmup", "2", "--repeats", "5",
+             "--format", "json", "-o", str(out), "--budget-ms", "1000", "--sustained-clock", "0.72")
+    assert r.returncode in (0, 1), r.stderr
+    d = json.loads(out.read_text())
+    assert d["schema"] == "graphcost.gap/1"
+    assert d["kernels"] and d["groups"] and d["models"][0]["runner"] == "onnxruntime/cpu"
+    covered = {n for k in d["kernels"] for n in k["nodes"]}
+    assert "/fc/Gemm" in covered  # a source node reached through ORT's kernels
+    assert d["budget"]["sustained_clock"] == 0.72 and d["budget"]["fits"] in (True, False)
+    assert (r.returncode == 1) == bool(d["accounting_errors"])
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    for args in (("gap", str(tmp_path / "missing.onnx")), ("bench", "ref:nope/cnn"),
+                 ("gap", "models/tiny_cnn.onnx", "--sustained-clock", "1.5"),
+                 ("compare", "--model", "resnet"), ("compare", "--frameworks", "mxnet")):
+        r = _cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("graphcost: "), (args, r.stderr)
