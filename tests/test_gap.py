@@ -125,3 +125,38 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         r = _cli(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.count("\n") == 1 and r.stderr.startswith("graphcost: "), (args, r.stderr)
+
+
+@pytest.fixture(scope="module")
+def measured_roofs() -> HardwareSpec:
+    from graphcost.hardware.measure import measure
+
+    return measure().spec
+
+
+def _reference_models() -> list[tuple[str, dict[str, int]]]:
+    shipped = [("models/tiny_cnn.onnx", {"batch": 2}), ("models/tiny_transformer.onnx", {"batch": 2, "seq": 16})]
+    for p in sorted((ROOT / "models" / "zoo").glob("*.onnx")):
+        dims = {"batch": 2, "seq": 16} if "transformer" in p.name else {"batch": 2}
+        shipped.append((str(p.relative_to(ROOT)), dims))
+    return shipped
+
+
+@pytest.mark.heavy
+def test_no_reference_kernel_beats_measured_roofs(measured_roofs: HardwareSpec) -> None:
+    # The acceptance of the gap report: with this machine's measured roofs, no ORT kernel, fusion group or model
+    # of the reference models runs faster than its bound beyond timer noise (it would mean the accounting is wrong).
+    from graphcost import gap_report
+    from graphcost.measure import run_ort
+
+    seen = 0
+    for path, dims in _reference_models():
+        graph = load(str(ROOT / path)).graph()
+        names = {str(d) for t in graph.input_names for d in (graph.tensor(t).shape or ()) if not isinstance(d, int)}
+        binding = {k: v for k, v in dims.items() if k in names} | {d: 2 for d in names - set(dims)}
+        run = run_ort(ROOT / path, binding=binding, warmup=10, repeats=30)
+        report = gap_report.build(str(ROOT / path), run, hardware=measured_roofs)
+        assert report.kernels, path
+        assert report.errors == (), (path, [(r.label, r.observed.median_s, r.bound.bound_s) for r in report.errors])
+        seen += 1
+    assert seen >= 2
