@@ -90,9 +90,12 @@ class Diagnosis:
 
 def diagnose(observed_s: float, bound_s: float | None, resolution_s: float) -> Diagnosis:
     """The band of ``observed ÷ bound``; an unknown bound gives code ``unknown``."""
-    if bound_s is None or not bound_s > 0:
+    if bound_s is None:
         return Diagnosis("unknown", "no bound: a node in it has no cost rule or an unknown shape",
                          ("see the analyze report's unknown nodes",))
+    if not bound_s > 0:  # views and metadata ops move nothing: any time they take is overhead
+        band = BANDS[-1]
+        return Diagnosis(band.code, band.verdict, band.next_steps)
     if faster_than_bound(observed_s, bound_s, resolution_s):
         return Diagnosis(ACCOUNTING.code, ACCOUNTING.verdict, ACCOUNTING.next_steps)
     ratio = observed_s / bound_s

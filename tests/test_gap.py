@@ -83,6 +83,7 @@ def test_faster_than_the_bound_beyond_noise_is_an_accounting_error() -> None:
     d = diagnose(50e-6, bound, 1e-6)
     assert d.code == "accounting" and "FASTER THAN THE BOUND" in d.verdict
     assert diagnose(1e-3, None, 1e-6).code == "unknown"
+    assert diagnose(1e-6, 0.0, 1e-6).code == "overhead"  # a view: the bound charges nothing
     assert [b.upto for b in BANDS] == sorted(b.upto for b in BANDS)
 
 
