@@ -107,7 +107,8 @@ def _probe_module():  # type: ignore[no-untyped-def]
 
 def _hardware_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("--hardware", metavar="NAME|FILE",
-                   help="catalog device name or a TOML spec file (default: edge-soc; see graphcost hardware list)")
+                   help="catalog device name, a TOML spec file, or 'detect' (this machine) (default: edge-soc, "
+                        "or detect for bench/gap/compare; see graphcost hardware list)")
     a.add_argument("--peak-flops", action="append", default=[], metavar="[DTYPE=]F",
                    help="override/define a peak, e.g. 2e12 or float16=4T (repeatable)")
     a.add_argument("--memory-bandwidth", metavar="B", help="DRAM bandwidth in B/s, e.g. 50e9 or 50GB/s")
@@ -134,6 +135,15 @@ def _parse_dims(items: Sequence[str]) -> dict[str, int]:
     return out
 
 
+def _detected():  # type: ignore[no-untyped-def]
+    """``--hardware detect``: this machine as ``graphcost hardware detect`` sees it (a catalog match or an estimate)."""
+    try:
+        from graphcost.hardware.detect import detect
+    except ImportError:
+        raise CliError("--hardware detect: hardware detection is not available in this install") from None
+    return detect().spec
+
+
 def resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The HardwareSpec the hardware flags describe (shared by every subcommand that bounds time)."""
     return _resolve_hardware(args)
@@ -153,7 +163,8 @@ def _resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         if args.hardware is None and peaks and bw is not None:
             spec = catalog.adhoc(peaks, bw, epb)
         else:
-            spec = catalog.resolve(args.hardware or catalog.DEFAULT_HARDWARE)
+            spec = _detected() if args.hardware == "detect" else catalog.resolve(args.hardware or
+                                                                                 catalog.DEFAULT_HARDWARE)
             if peaks or bw is not None or epb is not None:
                 spec = catalog.override(spec, peak_flops=peaks or None, memory_bandwidth=bw, energy_per_byte=epb)
         if args.derate:

@@ -109,6 +109,13 @@ def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any]
     top = [c for c in costs.nodes if c.depth == 0]
     memory = liveness(graph, binding)
     notes: list[str] = []
+    on_gpu = run.provider in ("cuda", "tensorrt")
+    if (hardware.kind == "gpu") != on_gpu:
+        notes.append(f"the bounds use {hardware.name} ({hardware.kind}) but the run used the {run.provider} "
+                     "provider: efficiencies compare different machines")
+    if hardware.kind != "measured":
+        notes.append("roofs are not measured on this machine (graphcost hardware measure -o roofs.toml, then "
+                     "--hardware roofs.toml): a kernel can only be checked against the machine's real limits")
     applied = _residency(residency, hardware, memory, notes, capacity)
     bounder = Bounder(graph, top, hardware, binding, residency=applied, capacity=capacity)
 
