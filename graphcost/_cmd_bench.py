@@ -79,11 +79,13 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
         raise CliError(f"--sustained-clock {args.sustained_clock:g}: must be in (0, 1] (e.g. 0.72)")
     if gap and args.budget_ms is not None and not args.budget_ms > 0:
         raise CliError(f"--budget-ms {args.budget_ms:g}: must be > 0")
+    if not args.model.startswith("ref:") and not Path(args.model).is_file():
+        raise CliError(f"{args.model}: no such file")  # before measuring roofs or exporting anything
     if gap and args.hardware is None and not args.peak_flops and args.memory_bandwidth is None:
-        args.hardware = "detect"  # a measurement on this machine is bounded by this machine, not a default device
-    hw = resolve_hardware(args) if gap else None
+        args.hardware = "measured"  # a measurement on this machine is bounded by its measured roofs
     with tempfile.TemporaryDirectory(prefix="graphcost-bench-") as tmp:
         path, native_model = _resolve_model(args.model, Path(tmp), dims)
+        hw = resolve_hardware(args) if gap else None
         ort_run = _run_ort(path, dims, args)
         natives = _run_natives(native_model, ort_run, args) if args.native else []
         if gap:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if any(b < 1 for b in batches) or args.features < 1 or args.seq < 1 or args.repeats < 1:
         raise CliError("--batch, --features, --seq and --repeats must be ≥ 1")
     if args.hardware is None and not args.peak_flops and args.memory_bandwidth is None:
-        args.hardware = "detect"  # the rows run on this machine: bound them by it
+        args.hardware = "measured"  # the rows run on this machine: bound them by its measured roofs
     hw = resolve_hardware(args)
 
     def progress(msg: str) -> None:

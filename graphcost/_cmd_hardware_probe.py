@@ -133,6 +133,7 @@ def _measure(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
         return 0
     lines = _measured_lines(result)
+    lines += [s for s in result.spec.sources if s.startswith("warning:")]
     if args.output:
         lines.append(f"wrote {args.output} (use: graphcost analyze MODEL --hardware {args.output})")
     sys.stdout.write("\n".join(lines) + "\n")

@@ -107,8 +107,9 @@ def _probe_module():  # type: ignore[no-untyped-def]
 
 def _hardware_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("--hardware", metavar="NAME|FILE",
-                   help="catalog device name, a TOML spec file, or 'detect' (this machine) (default: edge-soc, "
-                        "or detect for bench/gap/compare; see graphcost hardware list)")
+                   help="catalog device name, a TOML spec file, 'detect' (this machine's catalog entry or estimate) "
+                        "or 'measured' (its measured roofs, cached) (default: edge-soc; measured for gap and "
+                        "compare; see graphcost hardware list)")
     a.add_argument("--peak-flops", action="append", default=[], metavar="[DTYPE=]F",
                    help="override/define a peak, e.g. 2e12 or float16=4T (repeatable)")
     a.add_argument("--memory-bandwidth", metavar="B", help="DRAM bandwidth in B/s, e.g. 50e9 or 50GB/s")
@@ -135,13 +136,19 @@ def _parse_dims(items: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def _detected():  # type: ignore[no-untyped-def]
-    """``--hardware detect``: this machine as ``graphcost hardware detect`` sees it (a catalog match or an estimate)."""
-    try:
+def _probed(how: str):  # type: ignore[no-untyped-def]
+    """``--hardware detect``: this machine as ``graphcost hardware detect`` sees it (a catalog match or an
+    estimate). ``--hardware measured``: its roofs measured by ``graphcost hardware measure``, cached per machine
+    (measured now, about a minute, when there is no cache yet)."""
+    if how == "detect":
         from graphcost.hardware.detect import detect
-    except ImportError:
-        raise CliError("--hardware detect: hardware detection is not available in this install") from None
-    return detect().spec
+
+        return detect().spec
+    from graphcost.hardware.measure import cache_path, measured_roofs
+
+    if not cache_path().is_file():
+        print(f"graphcost: measuring this machine's roofs once (cached in {cache_path()}) …", file=sys.stderr)
+    return measured_roofs()[0]
 
 
 def resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -163,8 +170,8 @@ def _resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         if args.hardware is None and peaks and bw is not None:
             spec = catalog.adhoc(peaks, bw, epb)
         else:
-            spec = _detected() if args.hardware == "detect" else catalog.resolve(args.hardware or
-                                                                                 catalog.DEFAULT_HARDWARE)
+            spec = _probed(args.hardware) if args.hardware in ("detect", "measured") else catalog.resolve(
+                args.hardware or catalog.DEFAULT_HARDWARE)
             if peaks or bw is not None or epb is not None:
                 spec = catalog.override(spec, peak_flops=peaks or None, memory_bandwidth=bw, energy_per_byte=epb)
         if args.derate:

@@ -41,6 +41,18 @@ class CompareRow:
         return None if b is None or not self.median_s > 0 else b / self.median_s
 
     @property
+    def peak_fraction(self) -> float | None:
+        """Achieved FLOP/s ÷ peak compute: the seed table's "effic."; capped by the roof at low intensity."""
+        c = self.bound.compute_s
+        return None if c is None or not self.median_s > 0 else c / self.median_s
+
+    @property
+    def roof_fraction(self) -> float | None:
+        """The most of peak compute the roof allows at this intensity (compute time ÷ bound time)."""
+        c, b = self.bound.compute_s, self.bound.bound_s
+        return None if c is None or not b else c / b
+
+    @property
     def flops_per_s(self) -> float | None:
         return None if self.bound.flops is None or not self.median_s > 0 else self.bound.flops / self.median_s
 
@@ -51,7 +63,8 @@ class CompareRow:
     def to_dict(self) -> dict[str, Any]:
         return {"runner": self.runner, "shape": self.shape, "batch": self.batch, "bound": self.bound.to_dict(),
                 "median_s": self.median_s, "spread_s": self.spread_s, "p99_s": self.p99_s,
-                "efficiency": self.efficiency, "flops_per_s": self.flops_per_s, "bytes_per_s": self.bytes_per_s,
+                "efficiency": self.efficiency, "peak_fraction": self.peak_fraction,
+                "roof_fraction": self.roof_fraction, "flops_per_s": self.flops_per_s, "bytes_per_s": self.bytes_per_s,
                 "diagnosis": self.diagnosis.to_dict()}
 
 
@@ -185,7 +198,7 @@ def render(c: Comparison, *, bar_width: int = 20) -> str:
 
     hw = c.hardware
     head = (f"{'framework':<12} {'shape':<16} {'FLOPs':>13} {'MB moved':>9} {'AI':>6} {'ms(med)':>9} {'±ms':>7} "
-            f"{'effic.':>7}  {'roofline':<{bar_width + 2}} {'GFLOP/s':>8} {'GB/s':>8} {'bound':>7}")
+            f"{'effic.':>7} {'%peak':>6}  {'roofline':<{bar_width + 2}} {'GFLOP/s':>8} {'GB/s':>8} {'bound':>7}")
     ridge = hw.ridge_point("float32")
     out = [f"compare {c.arch} on {hw.name} (fp32 peak {si(hw.peak_for('float32')[0], 'FLOP/s')}, DRAM "
            f"{si(hw.memory_bandwidth, 'B/s')}, ridge {ridge:.3g} FLOP/B)", "─" * len(head), head, "─" * len(head)]
@@ -195,20 +208,41 @@ def render(c: Comparison, *, bar_width: int = 20) -> str:
         if i and r.runner != rows[i - 1].runner:
             out.append("")
         eff = r.efficiency
-        filled = 0 if eff is None else max(0, min(bar_width, round(eff * bar_width)))
-        bar = "[" + "█" * filled + "░" * (bar_width - filled) + "]"
+        bar = _bar(r.peak_fraction, r.roof_fraction, bar_width)
+        flag = "  ‼ faster than the bound" if r.diagnosis.code == "accounting" else ""
         out.append(f"{r.runner:<12} {r.shape:<16.16} {_int(r.bound.flops):>13} {_mb(r.bound.bytes):>9} "
                    f"{_f(r.bound.intensity, 1):>6} {r.median_s * 1e3:>9.3f} {r.spread_s * 1e3:>7.3f} "
-                   f"{'?' if eff is None else f'{100 * eff:.1f}%':>7}  {bar} "
+                   f"{'?' if eff is None else f'{100 * eff:.1f}%':>7} {_pct(r.peak_fraction):>6}  {bar} "
                    f"{_f(None if r.flops_per_s is None else r.flops_per_s / 1e9, 1):>8} "
-                   f"{_f(None if r.bytes_per_s is None else r.bytes_per_s / 1e9, 1):>8} {r.bound.bound or '?':>7}")
+                   f"{_f(None if r.bytes_per_s is None else r.bytes_per_s / 1e9, 1):>8} "
+                   f"{r.bound.bound or '?':>7}{flag}")
     out.append("─" * len(head))
-    out.append("efficiency = bound ÷ measured median; ± = p90 − min; bytes: each input and output once "
-               "(docs/conventions.md)")
+    out.append("effic. = bound ÷ measured median (how close to its own roof); %peak = achieved FLOP/s ÷ peak "
+               "compute; bar: █ achieved %peak, │ the roof at this intensity; ± = p90 − min")
+    out.append("bytes: each input and output once (docs/conventions.md); bounds at "
+               f"{'warm' if hw.levels() else 'cold'} residency (docs/gap.md)")
+    if any(r.diagnosis.code == "accounting" for r in c.rows):
+        out.append("‼ a row measured faster than its bound: the accounting or the roofs are wrong (are the roofs "
+                   "measured on this machine? graphcost hardware measure)")
     out += [f"skipped {s}" for s in c.skipped]
     if c.exported_from:
         out.append(f"onnxruntime runs the model exported from {c.exported_from}")
     return "\n".join(out) + "\n"
+
+
+def _bar(achieved: float | None, roof: float | None, width: int) -> str:
+    """Fraction of peak compute achieved (█) and where the roof caps it at this intensity (│)."""
+    cells = ["░"] * width
+    if achieved is not None:
+        for i in range(max(0, min(width, round(achieved * width)))):
+            cells[i] = "█"
+    if roof is not None and roof < 1:
+        cells[max(0, min(width - 1, round(roof * width)))] = "│"
+    return "[" + "".join(cells) + "]"
+
+
+def _pct(v: float | None) -> str:
+    return "?" if v is None else f"{100 * v:.1f}%"
 
 
 def _int(v: float | None) -> str:

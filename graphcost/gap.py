@@ -278,6 +278,12 @@ class GapRow:
         return None if not b else self.observed.median_s / b
 
     @property
+    def peak_fraction(self) -> float | None:
+        """Achieved FLOP/s ÷ peak FLOP/s (the seed's "efficiency"): low for a memory-bound row even at its roof."""
+        c = self.bound.compute_s
+        return None if c is None or not self.observed.median_s > 0 else c / self.observed.median_s
+
+    @property
     def achieved_flops_per_s(self) -> float | None:
         f = self.bound.flops
         return None if f is None or not self.observed.median_s > 0 else f / self.observed.median_s
@@ -294,7 +300,7 @@ class GapRow:
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "label": self.label, "runner": self.runner, "nodes": list(self.nodes),
                 "kernels": list(self.kernels), "bound": self.bound.to_dict(), "observed": self.observed.to_dict(),
-                "efficiency": self.efficiency, "ratio": self.ratio,
+                "efficiency": self.efficiency, "ratio": self.ratio, "peak_fraction": self.peak_fraction,
                 "achieved_flops_per_s": self.achieved_flops_per_s,
                 "achieved_bytes_per_s": self.achieved_bytes_per_s,
                 "faster_than_bound": self.faster_than_bound, "diagnosis": self.diagnosis.to_dict()}

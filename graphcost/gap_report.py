@@ -113,6 +113,7 @@ def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any]
     if (hardware.kind == "gpu") != on_gpu:
         notes.append(f"the bounds use {hardware.name} ({hardware.kind}) but the run used the {run.provider} "
                      "provider: efficiencies compare different machines")
+    notes += [s for s in hardware.sources if s.startswith("warning: the machine was busy")]
     if hardware.kind != "measured":
         notes.append("roofs are not measured on this machine (graphcost hardware measure -o roofs.toml, then "
                      "--hardware roofs.toml): a kernel can only be checked against the machine's real limits")

@@ -33,6 +33,7 @@ Compute
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -544,6 +545,9 @@ def _spec(det: Detection, threads: int, quick: bool, bandwidth: Sequence[Bandwid
         "convention: bandwidth = (bytes read + bytes written) per pass / time, so a copy of N bytes moves 2N; "
         f"working set = those bytes; each figure the best of {repeats} timings of ≥ {min_timing_s * 1e3:g} ms",
     ]
+    busy = busy_warning(threads)
+    if busy:
+        sources.append(busy)
     for kernel, runner in sorted({(s.kernel, s.runner) for s in bandwidth}):
         rows = [s for s in bandwidth if (s.kernel, s.runner) == (kernel, runner)]
         listed = ", ".join(f"{_size(s.working_set)} {s.bytes_per_s / 1e9:.4g}" for s in rows)
@@ -576,3 +580,50 @@ def _spec(det: Detection, threads: int, quick: bool, bandwidth: Sequence[Bandwid
         spec = replace(spec, cache_levels=cache_levels, onchip_bytes=cache_levels[-1][0],
                        onchip_bandwidth=cache_levels[-1][1])
     return spec
+
+
+def cache_path() -> Path:
+    """Where ``--hardware measured`` keeps this machine's roofs: one file per host and CPU model."""
+    import hashlib
+    import platform
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphcost"
+    det = detect()
+    key = f"{platform.node()}|{det.cpu.model}|{det.cpu.usable_cpus}|{platform.machine()}"
+    return base / f"roofs-{hashlib.sha256(key.encode()).hexdigest()[:16]}.toml"
+
+
+def measured_roofs(*, refresh: bool = False, progress: Progress | None = None,
+                   quick: bool = False) -> tuple[HardwareSpec, Path, bool]:
+    """This machine's measured roofs, from the cache or measured now (a full run, about a minute).
+
+    Returns the spec, the cache file and whether it was measured just now. A cache file that no longer parses is
+    measured again.
+    """
+    from graphcost.hardware.catalog import HardwareError, load_file, to_toml
+
+    path = cache_path()
+    if not refresh and path.is_file():
+        try:
+            return load_file(path), path, False
+        except HardwareError:
+            pass
+    spec = measure(progress=progress, quick=quick).spec
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(to_toml(spec), encoding="utf-8")
+    os.replace(tmp, path)
+    return spec, path, True
+
+
+def busy_warning(threads: int) -> str | None:
+    """A warning when other work competed for the CPUs while measuring: roofs measured then are too low, and
+    an honest measurement would later look faster than its bound."""
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        return None
+    if load1 <= 0.5 * threads:
+        return None
+    return (f"warning: the machine was busy while measuring (1-minute load average {load1:.2f} on {threads} "
+            "threads): these roofs are probably too low; measure again on an idle machine")

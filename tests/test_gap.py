@@ -107,7 +107,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_gap_cli_on_a_shipped_model(tmp_path: Path) -> None:
     out = tmp_path / "gap.json"
-    r = _cli("gap", "models/tiny_cnn.onnx", "--dim", "batch=2", "--warmup", "2", "--repeats", "5",
+    r = _cli("gap", "models/tiny_cnn.onnx", "--hardware", "edge-soc", "--dim", "batch=2", "--warmup", "2",
+             "--repeats", "5",
              "--format", "json", "-o", str(out), "--budget-ms", "1000", "--sustained-clock", "0.72")
     assert r.returncode in (0, 1), r.stderr
     d = json.loads(out.read_text())
@@ -117,6 +118,16 @@ def test_gap_cli_on_a_shipped_model(tmp_path: Path) -> None:
     assert "/fc/Gemm" in covered  # a source node reached through ORT's kernels
     assert d["budget"]["sustained_clock"] == 0.72 and d["budget"]["fits"] in (True, False)
     assert (r.returncode == 1) == bool(d["accounting_errors"])
+
+
+def test_measured_roofs_are_cached_per_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphcost.hardware.measure import cache_path, measured_roofs
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first, path, fresh = measured_roofs(quick=True)
+    assert fresh and path == cache_path() and path.is_relative_to(tmp_path) and first.kind == "measured"
+    again, _, fresh_again = measured_roofs()
+    assert not fresh_again and again.peak_flops == first.peak_flops and again.cache_levels == first.cache_levels
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
