@@ -237,12 +237,12 @@ def run(args: argparse.Namespace) -> int:
                 raise _error("--input is for FILE.py:FACTORY models; a reference model has its own inputs")
             if args.framework and args.framework != framework:
                 raise _error(f"--framework {args.framework} contradicts {source}")
+            _flags_fit(args, framework)
             try:
                 model = build_native(framework, arch, batch=args.batch, seq=args.seq, features=args.features,
                                      seed=args.seed)
             except ValueError as e:
                 raise _error(f"{source}: {e} (ref:FRAMEWORK/ARCH)") from None
-            _flags_fit(args, framework)
             kw = {**common, **(torch_kw if framework == "torch" else {})}
             if args.static:
                 kw["dynamic"] = {}

@@ -83,10 +83,14 @@ def export_jax(fn: Any, example_inputs: Mapping[str, np.ndarray], path: str | os
     if not callable(fn):
         raise ExportError(f"expected a JAX function or a flax.nnx module, got {type(fn).__name__}")
     inputs, dyn = check_inputs(example_inputs, dynamic)
-    for name, arr in inputs.items():
-        if arr.dtype == np.float64:
-            raise ExportError(f"input {name} is float64: JAX computes in float32 unless x64 is enabled; "
-                              "give float32 inputs")
+    import jax
+
+    if not getattr(jax.config, "jax_enable_x64", False):
+        for name, arr in inputs.items():
+            if arr.dtype in (np.float64, np.int64, np.uint64):
+                narrow = {"f": "float32", "i": "int32", "u": "uint32"}[arr.dtype.kind]
+                raise ExportError(f"input {name} is {arr.dtype}: JAX without x64 computes it as {narrow}; "
+                                  f"give {narrow} inputs")
     names = list(inputs)
 
     def reference(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -186,12 +186,13 @@ def _root_cause(e: BaseException) -> str:
 
 
 def verify_onnx(path: str | os.PathLike[str], reference: Reference, inputs_list: Sequence[Mapping[str, np.ndarray]],
-                *, rtol: float = 1e-4, atol: float = 1e-5, source: str = "reference") -> tuple[float, float]:
+                *, rtol: float = 1e-4, atol: float = 1e-5, source: str = "the reference") -> tuple[float, float]:
     """Run ``path`` in onnxruntime (CPU) on each input set and compare with ``reference``; (max_abs, max_rel).
 
     Elementwise, ``|onnx − ref| ≤ atol + rtol·|ref|`` must hold (NaN where both are NaN counts as equal), and the
     shapes must match exactly. ONNX inputs are fed by name when the names match the example names, else by position.
-    Raises ExportError naming the output, the largest difference and the input shapes.
+    Raises ExportError naming the output, the largest difference and the input shapes; ``source`` names the
+    reference in that message (the exporters pass the framework's name).
     """
     sess = _session(Path(path))
     onnx_inputs = [i.name for i in sess.get_inputs()]
@@ -212,11 +213,11 @@ def verify_onnx(path: str | os.PathLike[str], reference: Reference, inputs_list:
             raise ExportError(f"onnxruntime fails at {at}: {_first_line(e)}") from e
         want = _as_outputs(reference(dict(feeds)))
         if len(got) != len(want):
-            raise ExportError(f"the export has {len(got)} outputs, the {source} {len(want)} (at {at})")
+            raise ExportError(f"the export has {len(got)} outputs, {source} {len(want)} (at {at})")
         for name, g, r in zip(onnx_outputs, got, want, strict=True):
             g = np.asarray(g)
             if g.shape != r.shape:
-                raise ExportError(f"output {name}: shape {g.shape} in onnxruntime, {r.shape} in the {source} "
+                raise ExportError(f"output {name}: shape {g.shape} in onnxruntime, {r.shape} in {source} "
                                   f"(at {at})")
             if r.size == 0:
                 continue
@@ -231,12 +232,17 @@ def verify_onnx(path: str | os.PathLike[str], reference: Reference, inputs_list:
                 idx = np.unravel_index(int(np.argmax(np.where(bad, np.nan_to_num(diff, nan=math.inf), -1.0))),
                                        diff.shape)
                 raise ExportError(
-                    f"output {name} differs from the {source} at {at}: max |diff| {worst:.3g} "
-                    f"(onnxruntime {g[idx]!r}, {source} {r[idx]!r} at index {tuple(int(i) for i in idx)}), "
+                    f"output {name} differs from {source} at {at}: max |diff| {worst:.3g} "
+                    f"(onnxruntime {_scalar(g[idx])}, {source} {_scalar(r[idx])} at index "
+                    f"{tuple(int(i) for i in idx)}), "
                     f"{int(bad.sum())} of {bad.size} elements beyond atol {atol:g} + rtol {rtol:g}·|ref|")
             max_abs = max(max_abs, worst)
             max_rel = max(max_rel, worst / scale if scale > 0 else (0.0 if worst == 0 else math.inf))
     return max_abs, max_rel
+
+
+def _scalar(v: Any) -> str:
+    return f"{float(v):.6g}" if np.issubdtype(np.asarray(v).dtype, np.number) else str(v)
 
 
 def name_dims(model: Any, inputs: Mapping[str, np.ndarray], dynamic: Mapping[str, Mapping[int, str]]) -> None:
