@@ -1,0 +1,99 @@
+"""graphcost compare: the dense-layer workload in closed form, missing frameworks, and the seed's shape on real runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphcost.compare import CompareRow, Comparison, compare, render
+from graphcost.gap import SetBound, diagnose
+from graphcost.hardware.spec import HardwareSpec
+
+FP32 = 4
+HW = HardwareSpec("cpu", {"float32": 140e9}, 10e9, cache_levels=((32 << 20, 60e9),))
+
+
+def _dense_bound(batch: int, hw: HardwareSpec = HW) -> SetBound:
+    import onnx.parser
+
+    from graphcost.gap import Bounder
+    from graphcost.load import load
+    from graphcost.passes.costs import count_costs
+    from graphcost.passes.shapes import infer_shapes
+
+    m = onnx.parser.parse_model(f"""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[{batch},1024] x, float[1024,1024] w, float[1024] b) => (y) {{ y = Gemm(x, w, b) }}""")
+    graph = infer_shapes(load(m)).graph
+    bounder = Bounder(graph, count_costs(graph).nodes, hw, {}, residency="warm")
+    return bounder.of([n.name for n in graph.nodes()])
+
+
+@pytest.mark.parametrize("batch", [1, 16, 64, 256])
+def test_dense_layer_counts(batch: int) -> None:
+    b = _dense_bound(batch)
+    flops = 2 * batch * 1024 * 1024 + batch * 1024  # MACs × 2, plus one bias add per output
+    moved = FP32 * (batch * 1024 + 1024 * 1024 + 1024 + batch * 1024)  # x, W, b read once; y written once
+    assert b.flops == flops and b.bytes == moved
+    assert b.intensity == pytest.approx(flops / moved)
+    # warm: the 4 MiB of weights fit the 32 MiB level, so bytes move at its 60 GB/s
+    assert b.memory_s == pytest.approx(moved / 60e9)
+    assert b.compute_s == pytest.approx(flops / 140e9)
+
+
+def test_batch_1_can_reach_only_a_sliver_of_peak() -> None:
+    one, big = _dense_bound(1), _dense_bound(256)
+    assert one.bound == "memory"  # 0.5 FLOP/B, far below the ridge (140e9 / 60e9 ≈ 2.3 FLOP/B)
+    # the most of peak compute batch 1 can ever reach: intensity × bandwidth ÷ peak
+    assert one.compute_s / one.bound_s == pytest.approx(one.intensity * 60e9 / 140e9)  # type: ignore[operator]
+    assert big.bound == "compute"  # 85 FLOP/B is above this CPU's ridge: it may reach 100 % of peak
+    hot = HardwareSpec("high-ridge", {"float32": 10e12}, 50e9)  # ridge 200 FLOP/B: above both intensities
+    assert _dense_bound(1, hot).bound == "memory" and _dense_bound(256, hot).bound == "memory"
+
+
+def test_a_missing_framework_is_skipped_with_a_note(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import graphcost.measure
+
+    monkeypatch.setattr(graphcost.measure, "installed_frameworks",
+                        lambda: {"torch": None, "jax": None, "tf": None})
+    c = compare("dense", hardware=HW, batches=(1,), frameworks=("torch", "jax", "tf"), workdir=tmp_path)
+    assert c.rows == ()
+    assert c.skipped == ("torch: not installed (pip install 'graphcost[torch]')",
+                         "jax: not installed (pip install 'graphcost[jax]')",
+                         "tf: not installed (pip install 'graphcost[tf]')")
+    assert "skipped jax: not installed" in render(c)
+
+
+def test_render_marks_the_roof_and_accounting_errors() -> None:
+    b = _dense_bound(1)
+    assert b.bound_s is not None
+    slow = CompareRow("torch", "1×1024→1024", 1, b, 2 * b.bound_s, 0.0, 2 * b.bound_s,
+                      diagnose(2 * b.bound_s, b.bound_s, 1e-6))
+    fast = CompareRow("onnxruntime", "1×1024→1024", 1, b, 0.5 * b.bound_s, 0.0, 0.5 * b.bound_s,
+                      diagnose(0.5 * b.bound_s, b.bound_s, 1e-6))
+    text = render(Comparison("dense", HW, (slow, fast), (), "torch"))
+    assert "50.0%" in text  # torch at half its roof
+    assert "│" in text  # the roof marker on the bar of a memory-bound row
+    assert "‼ faster than the bound" in text and text.count("‼") == 2  # the row and the footnote
+
+
+@pytest.mark.heavy
+def test_dense_layer_shape_of_the_seed_results(tmp_path: Path) -> None:
+    # The acceptance: on this CPU with measured roofs, batch-1 efficiency (share of peak compute, the seed's
+    # column) far below batch 256's; batch 1 memory-bound; no runner faster than the bound; every installed
+    # framework and onnxruntime has rows.
+    from graphcost.hardware.measure import measure
+    from graphcost.measure import installed_frameworks
+
+    roofs = measure().spec
+    c = compare("dense", hardware=roofs, batches=(1, 256), warmup=5, repeats=20, workdir=tmp_path)
+    runners = {r.runner for r in c.rows}
+    expected = {fw for fw, v in installed_frameworks().items() if v is not None} | {"onnxruntime"}
+    assert runners == expected, c.skipped
+    for runner in runners:
+        one = next(r for r in c.rows if r.runner == runner and r.batch == 1)
+        big = next(r for r in c.rows if r.runner == runner and r.batch == 256)
+        assert one.bound.bound == "memory"
+        assert one.peak_fraction is not None and big.peak_fraction is not None
+        assert one.peak_fraction < big.peak_fraction / 2, (runner, one.peak_fraction, big.peak_fraction)
+    assert [r for r in c.rows if r.diagnosis.code == "accounting"] == [], render(c)
