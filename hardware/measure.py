@@ -464,6 +464,7 @@ def measure(
         raise ValueError(f"cannot measure dtype {bad[0]!r}; measurable: {', '.join(MEASURABLE)}")
     if "float32" not in dtypes:
         raise ValueError("dtypes must include float32: every spec needs a float32 peak")
+    load_before = _load1()  # before our own threads raise it
     det = detection if detection is not None else detect()
     usable = det.cpu.usable_cpus
     threads = usable if threads is None else threads
@@ -529,13 +530,13 @@ def measure(
 
     capacities = _capacities(det, threads)
     levels = _levels(bandwidth, capacities)
-    spec = _spec(det, threads, quick, bandwidth, compute, levels, skipped, min_timing_s, repeats)
+    spec = _spec(det, threads, quick, bandwidth, compute, levels, skipped, min_timing_s, repeats, load_before)
     return Measured(spec, threads, quick, tuple(bandwidth), tuple(compute), levels, tuple(skipped), det)
 
 
 def _spec(det: Detection, threads: int, quick: bool, bandwidth: Sequence[BandwidthSample],
           compute: Sequence[ComputeSample], levels: Sequence[LevelRoof], skipped: Sequence[Skipped],
-          min_timing_s: float, repeats: int) -> HardwareSpec:
+          min_timing_s: float, repeats: int, load_before: float | None = None) -> HardwareSpec:
     import onnxruntime as ort
 
     peaks: dict[str, float] = {}
@@ -545,7 +546,7 @@ def _spec(det: Detection, threads: int, quick: bool, bandwidth: Sequence[Bandwid
         "convention: bandwidth = (bytes read + bytes written) per pass / time, so a copy of N bytes moves 2N; "
         f"working set = those bytes; each figure the best of {repeats} timings of ≥ {min_timing_s * 1e3:g} ms",
     ]
-    busy = busy_warning(threads)
+    busy = busy_warning(threads, load_before)
     if busy:
         sources.append(busy)
     for kernel, runner in sorted({(s.kernel, s.runner) for s in bandwidth}):
@@ -616,14 +617,18 @@ def measured_roofs(*, refresh: bool = False, progress: Progress | None = None,
     return spec, path, True
 
 
-def busy_warning(threads: int) -> str | None:
-    """A warning when other work competed for the CPUs while measuring: roofs measured then are too low, and
-    an honest measurement would later look faster than its bound."""
+def _load1() -> float | None:
     try:
-        load1 = os.getloadavg()[0]
-    except OSError:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average on this platform
         return None
-    if load1 <= 0.5 * threads:
+
+
+def busy_warning(threads: int, load1: float | None) -> str | None:
+    """A warning when other work was using the CPUs as the measurement started (the 1-minute load average
+    before our own threads ran): roofs measured then are too low, and an honest measurement would later look
+    faster than its bound."""
+    if load1 is None or load1 <= 0.5 * threads:
         return None
-    return (f"warning: the machine was busy while measuring (1-minute load average {load1:.2f} on {threads} "
+    return (f"warning: the machine was busy when measuring started (1-minute load average {load1:.2f} on {threads} "
             "threads): these roofs are probably too low; measure again on an idle machine")

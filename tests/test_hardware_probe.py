@@ -383,3 +383,11 @@ def test_full_measure_round_trips_into_analyze(tmp_path: Path, capsys: pytest.Ca
     assert main(["analyze", str(TINY_CNN), "--hardware", str(out), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["hardware"]["name"] == spec.name and report["totals"]["roofline_time_s"] > 0
+
+
+def test_busy_machine_warning_uses_the_load_before_measuring() -> None:
+    from graphcost.hardware.measure import busy_warning
+
+    assert busy_warning(2, None) is None and busy_warning(2, 0.9) is None  # under half the threads busy
+    warning = busy_warning(2, 1.5)
+    assert warning is not None and warning.startswith("warning: the machine was busy") and "1.50" in warning
