@@ -125,7 +125,7 @@ def _analyze(
     shapes = infer_shapes(m, input_shapes=input_shapes, dims=dims)
     graph = shapes.graph
     costs = count_costs(graph)
-    model_dims = _all_dims(graph, costs)
+    model_dims = all_dims(graph, costs)
     bound = dict(dims or {})
     unknown_names = sorted(set(bound) - model_dims)
     if unknown_names:
@@ -255,7 +255,7 @@ def _shape_out(shape: tuple[Dim, ...] | None) -> tuple[int | str, ...] | None:
     return tuple(d if isinstance(d, int) else to_text(d) for d in shape)
 
 
-def _all_dims(graph: Graph, costs: CostResult) -> set[str]:
+def all_dims(graph: Graph, costs: CostResult) -> set[str]:
     """Every dim name the numbers depend on: costs, trip counts, and the shapes of every tensor."""
     names: set[str] = set()
     for c in costs.nodes:

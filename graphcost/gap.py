@@ -31,6 +31,7 @@ from typing import Any
 from graphcost._dims import Dim, evaluate
 from graphcost.graph import Graph, TensorKind
 from graphcost.hardware.spec import HardwareSpec
+from graphcost.ops import lookup
 from graphcost.passes.costs import NodeCost, tensor_bytes
 from graphcost.passes.roofline import memory_time, split_dram
 
@@ -157,6 +158,8 @@ class SetBound:
 
 
 ZERO = SetBound(0, 0, 0, 0.0, 0.0, "float32")
+_ALIASING = ("view", "free")
+"""Node kinds that move no bytes (graphcost.ops._registry.Kind.VIEW / FREE)."""
 
 
 class Bounder:
@@ -186,7 +189,12 @@ class Bounder:
         return t is not None and t.kind == TensorKind.ACTIVATION and name not in self._outputs
 
     def of(self, nodes: Iterable[str]) -> SetBound:
-        """The bound of ``nodes`` (top-level node names) as one kernel."""
+        """The bound of ``nodes`` (top-level node names) as one kernel.
+
+        Views and metadata ops (Reshape, Identity, Shape…) move nothing themselves, as in the per-node rules; a
+        tensor that reaches a member through views inside the set is read as the view's input, and a member's
+        output that leaves the set through views inside it is still written.
+        """
         members = [self.costs[n] for n in nodes if n in self.costs]
         inside = {c.name for c in members}
         flops: Number | None = 0
@@ -198,14 +206,57 @@ class Bounder:
             flops = None if f is None or flops is None else flops + f
             if f is not None and f > heaviest[0]:
                 heaviest = (f, c.dtype)
-            for ref in c.inputs:
-                prod = self.graph.producer(ref.name)
-                if prod is None or prod.name not in inside:
-                    reads.add(ref.name)
+            if self._moves_nothing(c.name):
+                continue
+            for name in self._charged_inputs(c):
+                origin = self._origin(name, inside)
+                if origin is not None:
+                    reads.add(origin)
             for ref in c.outputs:
-                if ref.name in self._outputs or any(n.name not in inside for n in self.graph.consumers(ref.name)):
+                if self._escapes(ref.name, inside, set()):
                     writes.add(ref.name)
         return self._bound(flops, reads, writes, heaviest[1] if members else "float32")
+
+    def _charged_inputs(self, c: NodeCost) -> list[str]:
+        """The inputs the node's rule charges: all but the slots it declares free (shape operands and the like)."""
+        entry = lookup(c.domain, c.op_type)
+        free = entry.free_inputs if entry is not None else frozenset()
+        try:
+            node = self.graph.node(c.name)
+        except KeyError:
+            return [r.name for r in c.inputs]
+        return [t for slot, t in enumerate(node.inputs) if t and slot not in free]
+
+    def _moves_nothing(self, name: str) -> bool:
+        c = self.costs.get(name)
+        return c is not None and c.kind in _ALIASING
+
+    def _origin(self, tensor: str, inside: set[str]) -> str | None:
+        """The tensor a member really reads from outside the set (through views inside it), or None when the
+        data is produced inside the set."""
+        seen: set[str] = set()
+        while tensor not in seen:
+            seen.add(tensor)
+            prod = self.graph.producer(tensor)
+            if prod is None or prod.name not in inside:
+                return tensor
+            if not self._moves_nothing(prod.name) or not prod.inputs or not prod.inputs[0]:
+                return None
+            tensor = prod.inputs[0]
+        return None
+
+    def _escapes(self, tensor: str, inside: set[str], seen: set[str]) -> bool:
+        """Whether ``tensor`` (or a view of it made inside the set) is read outside the set or is an output."""
+        if tensor in self._outputs:
+            return True
+        seen.add(tensor)
+        for n in self.graph.consumers(tensor):
+            if n.name not in inside:
+                return True
+            if self._moves_nothing(n.name) and any(o and o not in seen and self._escapes(o, inside, seen)
+                                                   for o in n.outputs):
+                return True
+        return False
 
     def of_conversion(self, tensor: str) -> SetBound:
         """A layout/dtype conversion of ``tensor``: read it once, write it once."""

@@ -101,14 +101,22 @@ def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any]
 
     if not 0 < sustained_clock <= 1:
         raise ValueError(f"--sustained-clock must be in (0, 1], got {sustained_clock:g}")
-    binding = dict(run.binding)
+    from graphcost.api import DEFAULT_DIM_VALUE, all_dims
+
     shapes = infer_shapes(load(path), input_shapes={k: list(v) for k, v in run.input_shapes.items()},
-                          dims=binding or None)
+                          dims=dict(run.binding) or None)
     graph = shapes.graph
     costs = count_costs(graph)
+    notes: list[str] = []
+    # the run fixed every input dim; what is left (value-dependent sizes, Loop trip counts) nobody can know here
+    unknown = sorted(all_dims(graph, costs) - set(run.binding))
+    binding = {**{d: DEFAULT_DIM_VALUE for d in unknown}, **run.binding}
+    if unknown:
+        notes.append(f"dims no shape inference could express in the inputs ({', '.join(unknown[:5])}"
+                     f"{' …' if len(unknown) > 5 else ''}) are taken as {DEFAULT_DIM_VALUE}: the bounds that use "
+                     "them are lower bounds of unknown slack")
     top = [c for c in costs.nodes if c.depth == 0]
     memory = liveness(graph, binding)
-    notes: list[str] = []
     on_gpu = run.provider in ("cuda", "tensorrt")
     if (hardware.kind == "gpu") != on_gpu:
         notes.append(f"the bounds use {hardware.name} ({hardware.kind}) but the run used the {run.provider} "

@@ -63,6 +63,24 @@ def test_warm_residency_uses_the_level_that_holds_the_set() -> None:
     assert c.memory_s == pytest.approx(max(moved / 10e9, moved / 100e9))
 
 
+VIEWS = """<ir_version: 8, opset_import: ["" : 17]>
+g (float[4,256] x) => (z) <int64[1] flat = {1024}> {
+    a = Relu(x)
+    v = Reshape(a, flat)
+    z = Sigmoid(v)
+}"""
+
+
+def test_views_move_nothing_and_pass_their_data_through() -> None:
+    b = _bounder(VIEWS)
+    relu, view, sig = (n.name for n in b.graph.nodes())
+    t = 1024 * FP32  # every tensor here holds 1,024 floats
+    assert b.of([view]).bytes == 0  # a Reshape alone moves nothing, as its per-node rule says
+    assert b.of([relu, view]).bytes == 2 * t  # read x; a leaves the set through the view, so it is written
+    assert b.of([view, sig]).bytes == 2 * t  # the Sigmoid reads a (through the view) and writes z
+    assert b.of([relu, view, sig]).bytes == 2 * t  # x in, z out; a and its view never leave the set
+
+
 def test_conversion_moves_its_tensor_in_and_out() -> None:
     b = _bounder(CONV_RELU)
     assert b.of_conversion("x").bytes == 2 * 8 * 16 * 16 * FP32
