@@ -78,15 +78,13 @@ def test_render_marks_the_roof_and_accounting_errors() -> None:
 
 
 @pytest.mark.heavy
-def test_dense_layer_shape_of_the_seed_results(tmp_path: Path) -> None:
+def test_dense_layer_shape_of_the_seed_results(tmp_path: Path, measured_roofs: HardwareSpec) -> None:
     # The acceptance: on this CPU with measured roofs, batch-1 efficiency (share of peak compute, the seed's
     # column) far below batch 256's; batch 1 memory-bound; no runner faster than the bound; every installed
     # framework and onnxruntime has rows.
-    from graphcost.hardware.measure import measure
     from graphcost.measure import installed_frameworks
 
-    roofs = measure().spec
-    c = compare("dense", hardware=roofs, batches=(1, 256), warmup=5, repeats=20, workdir=tmp_path)
+    c = compare("dense", hardware=measured_roofs, batches=(1, 256), warmup=5, repeats=20, workdir=tmp_path)
     runners = {r.runner for r in c.rows}
     expected = {fw for fw, v in installed_frameworks().items() if v is not None} | {"onnxruntime"}
     assert runners == expected, c.skipped

@@ -157,13 +157,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         assert r.stderr.count("\n") == 1 and r.stderr.startswith("graphcost: "), (args, r.stderr)
 
 
-@pytest.fixture(scope="module")
-def measured_roofs() -> HardwareSpec:
-    from graphcost.hardware.measure import measure
-
-    return measure().spec
-
-
 def _reference_models() -> list[tuple[str, dict[str, int]]]:
     shipped = [("models/tiny_cnn.onnx", {"batch": 2}), ("models/tiny_transformer.onnx", {"batch": 2, "seq": 16})]
     for p in sorted((ROOT / "models" / "zoo").glob("*.onnx")):

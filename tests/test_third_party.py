@@ -373,3 +373,26 @@ def test_scripted_loop_legacy(tmp_path: Path) -> None:
     assert len(trips) == 1, r.defaulted_dims
     bound = _analyze(path, {"batch": 2, trips[0]: 3})
     assert bound.totals.macs == 3 * 2 * tpm.CF_WIDTH * tpm.CF_WIDTH
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 7. The gap report on third-party exports: measured in onnxruntime, no kernel faster than its bound
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.heavy
+@pytest.mark.parametrize(("name", "exporter", "dims"), [
+    ("gpt2", "dynamo", {"batch": 2, "seq": 16}), ("bert", "legacy", {"batch": 2, "seq": 16}),
+    ("wav2vec2", "dynamo", {"batch": 2, "samples": 16000}), ("t5", "legacy", {"batch": 2, "seq": 16, "dec_seq": 16}),
+])
+def test_gap_no_kernel_beats_measured_roofs(name: str, exporter: str, dims: dict[str, int], exports: Exports,
+                                            measured_roofs: Any) -> None:
+    from graphcost import gap_report
+    from graphcost.load import load
+    from graphcost.measure import run_ort
+
+    path = exports.hf(name, exporter)
+    graph = load(path).graph()
+    names = {str(d) for t in graph.input_names for d in (graph.tensor(t).shape or ()) if not isinstance(d, int)}
+    run = run_ort(path, binding={k: v for k, v in dims.items() if k in names}, warmup=5, repeats=20)
+    report = gap_report.build(str(path), run, hardware=measured_roofs)
+    assert report.kernels and report.groups
+    assert report.errors == (), [(r.label, r.observed.median_s, r.bound.bound_s) for r in report.errors]
