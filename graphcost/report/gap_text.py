@@ -36,14 +36,16 @@ def render(report: Any, *, top: int = 10) -> str:
         out += [f"  {r.level} {_cut(r.label, 60)}: {seconds(r.observed.median_s)} < bound "
                 f"{seconds(r.bound.bound_s)}" for r in errors]
     out += ["", "model"]
-    head = (f"  {'runner':<26} {'median':>10} {'p99':>10} {'bound':>10} {'effic.':>7} {'ratio':>8} "
+    head = (f"  {'runner':<26} {'median':>10} {'p99':>10} {'bound':>10} {'effic.':>7} {'%peak':>6} {'ratio':>8} "
             f"{'GFLOP/s':>8} {'GB/s':>8} {'bound by':>8}  diagnosis")
     out.append(head)
     for r in report.models:
         out.append(f"  {_cut(r.runner, 26):<26} {seconds(r.observed.median_s):>10} {seconds(r.observed.p99_s):>10} "
-                   f"{seconds(r.bound.bound_s):>10} {_pct(r.efficiency):>7} {_ratio(r.ratio):>8} "
-                   f"{_g(r.achieved_flops_per_s):>8} {_g(r.achieved_bytes_per_s):>8} {r.bound.bound or '?':>8}  "
-                   f"{r.diagnosis.code}")
+                   f"{seconds(r.bound.bound_s):>10} {_pct(r.efficiency):>7} {_pct(r.peak_fraction):>6} "
+                   f"{_ratio(r.ratio):>8} {_g(r.achieved_flops_per_s):>8} {_g(r.achieved_bytes_per_s):>8} "
+                   f"{r.bound.bound or '?':>8}  {r.diagnosis.code}")
+    out.append("  effic. = bound ÷ measured; %peak = achieved FLOP/s ÷ peak compute (low when memory-bound, "
+               "even at the roof)")
     for title, rows in (("kernels (ORT units, slowest first)", report.kernels),
                         ("fusion groups (ideal groups ORT's kernels span, slowest first)", report.groups)):
         out += ["", f"{title}: {len(rows)}"]
