@@ -11,7 +11,6 @@ error (a row measured faster than its bound); 2 bad input, one line on stderr.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -169,15 +168,9 @@ def _run_natives(model: Any, ort_run: Any, args: argparse.Namespace) -> list[Any
 
 
 def _write(args: argparse.Namespace, text: str) -> None:
-    from graphcost.cli import CliError
+    from graphcost.cli import write_output
 
-    if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise CliError(f"--output {args.output}: cannot write ({e.strerror or e})") from None
-    else:
-        sys.stdout.write(text)
+    write_output(args.output, text)
 
 
 def _bench_text(run: Any, natives: list[Any]) -> str:

@@ -40,7 +40,7 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from graphcost.cli import CliError, resolve_hardware
+    from graphcost.cli import CliError, resolve_hardware, write_output
     from graphcost.compare import DENSE_BATCHES, RUNNERS, compare, render
 
     frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
@@ -72,12 +72,5 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise CliError(str(e).splitlines()[0]) from None
     text = json.dumps(result.to_dict(), indent=2) + "\n" if args.format == "json" else render(result)
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise CliError(f"--output {args.output}: cannot write ({e.strerror or e})") from None
-    else:
-        sys.stdout.write(text)
+    write_output(args.output, text)
     return 0

@@ -230,15 +230,20 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         text = render_html(report, top=args.top)
     else:
         text = report.to_text(top=args.top)
-    if args.output:
+    write_output(args.output, text)
+    return EXIT_OK
+
+
+def write_output(output: str | None, text: str) -> None:
+    """A report to ``--output FILE`` (one-line error when it cannot be written) or to stdout."""
+    if output:
         try:
-            with open(args.output, "w", encoding="utf-8") as f:
+            with open(output, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:
-            raise CliError(f"--output {args.output}: cannot write ({e.strerror or e})") from None
+            raise CliError(f"--output {output}: cannot write ({e.strerror or e})") from None
     else:
         sys.stdout.write(text)
-    return EXIT_OK
 
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
