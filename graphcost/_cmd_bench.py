@@ -179,7 +179,7 @@ def _bench_text(run: Any, natives: list[Any]) -> str:
     lat = run.latency
     shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in run.input_shapes.items())
     out = [f"bench: {run.model}  ({shapes}; ORT {run.ort_version}, {run.provider}, level {run.level}, "
-           f"{run.intra_op_threads} threads, {run.warmup} warm-up + {run.repeats} runs)",
+           f"{run.intra_op_threads or 'default'} threads, {run.warmup} warm-up + {run.repeats} runs)",
            f"  {'runner':<24} {'median':>10} {'p90':>10} {'p99':>10} {'min':>10} {'spread':>10}"]
     rows = [(f"onnxruntime/{run.provider}", lat)] + [(f"{n.framework}/{n.mode}/{n.device}", n.latency)
                                                      for n in natives]

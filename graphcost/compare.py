@@ -130,7 +130,9 @@ def compare(arch: str = "dense", *, hardware: HardwareSpec, batches: Sequence[in
             rows.append(_row(fw, label, batch, bound, timed.latency))
         if "onnxruntime" in frameworks:
             if onnx_path is None:
-                skipped.append("onnxruntime: no framework installed to build and export the model from")
+                note = "onnxruntime: no framework installed to build and export the model from"
+                if note not in skipped:
+                    skipped.append(note)
                 continue
             say(f"onnxruntime {label}")
             binding = {"batch": batch, **({"seq": seq} if arch == "transformer" else {})}
