@@ -11,6 +11,7 @@ error (a row measured faster than its bound); 2 bad input, one line on stderr.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -85,7 +86,8 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="graphcost-bench-") as tmp:
         path, native_model = _resolve_model(args.model, Path(tmp), dims)
         hw = resolve_hardware(args) if gap else None
-        ort_run = _run_ort(path, dims, args)
+        dims, inputs = _complete_binding(path, dims, native_model)
+        ort_run = _run_ort(path, dims, args, inputs)
         natives = _run_natives(native_model, ort_run, args) if args.native else []
         if gap:
             from graphcost import gap_report
@@ -101,7 +103,8 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
             text = report.to_json() + "\n" if args.format == "json" else gap_text.render(report, top=args.top)
             _write(args, text)
             return EXIT_ACCOUNTING if report.errors else 0
-        _write(args, _bench_json(ort_run, natives) if args.format == "json" else _bench_text(ort_run, natives))
+        _write(args, _bench_json(ort_run, natives, args.model) if args.format == "json"
+               else _bench_text(ort_run, natives, args.model))
         return 0
 
 
@@ -137,13 +140,51 @@ def _resolve_model(spec: str, tmp: Path, dims: dict[str, int]) -> tuple[Path, An
     return out, model
 
 
-def _run_ort(path: Path, dims: dict[str, int], args: argparse.Namespace) -> Any:
+def _complete_binding(path: Path, dims: dict[str, int], native: Any) -> tuple[dict[str, int], Any]:
+    """Every input dim bound: a ref model's own example shapes (ORT then runs on the very inputs the native
+    framework gets), else ``DEFAULT_DIM_VALUE`` for dims nobody bound, with a warning on stderr (as analyze)."""
+    from graphcost.api import DEFAULT_DIM_VALUE
+    from graphcost.load import load
+
+    graph = load(path).graph()
+    named: dict[str, None] = {}
+    for name in graph.input_names:
+        tensor = graph.tensor(name)
+        for d in (tensor.shape or ()) if tensor is not None else ():
+            if not isinstance(d, int):
+                named[str(d)] = None
+    unknown = sorted(set(dims) - set(named))
+    if unknown:
+        from graphcost.cli import CliError
+
+        raise CliError(f"--dim {unknown[0]}: the model's inputs have no dim of that name (their dims: "
+                       f"{', '.join(named) or 'none, all input shapes are static'})")
+    out = dict(dims)
+    inputs = None
+    if native is not None:
+        for name, axes in native.dynamic.items():
+            for axis, dim in axes.items():
+                if name in native.inputs:
+                    out.setdefault(dim, int(native.inputs[name].shape[axis]))
+        if set(native.inputs) == set(graph.input_names) and all(
+                int(native.inputs[n].shape[a]) == out.get(d) for n, axes in native.dynamic.items()
+                for a, d in axes.items() if n in native.inputs):
+            inputs = dict(native.inputs)
+    missing = [d for d in named if d not in out]
+    if missing:
+        print(f"graphcost: warning: unbound dims {', '.join(f'{d}={DEFAULT_DIM_VALUE}' for d in missing)} "
+              "(bind them with --dim NAME=VALUE)", file=sys.stderr)
+        out.update({d: DEFAULT_DIM_VALUE for d in missing})
+    return out, inputs
+
+
+def _run_ort(path: Path, dims: dict[str, int], args: argparse.Namespace, inputs: Any = None) -> Any:
     from graphcost.cli import CliError
     from graphcost.measure import run_ort
 
     try:
-        return run_ort(path, binding=dims, provider=args.provider, threads=args.threads, warmup=args.warmup,
-                       repeats=args.repeats, level=args.level, seed=args.seed)
+        return run_ort(path, binding=dims, inputs=inputs, provider=args.provider, threads=args.threads,
+                       warmup=args.warmup, repeats=args.repeats, level=args.level, seed=args.seed)
     except (ValueError, RuntimeError, OSError) as e:
         raise CliError(f"{path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
 
@@ -173,12 +214,12 @@ def _write(args: argparse.Namespace, text: str) -> None:
     write_output(args.output, text)
 
 
-def _bench_text(run: Any, natives: list[Any]) -> str:
+def _bench_text(run: Any, natives: list[Any], label: str) -> str:
     from graphcost.report.units import bytes_, seconds
 
     lat = run.latency
     shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in run.input_shapes.items())
-    out = [f"bench: {run.model}  ({shapes}; ORT {run.ort_version}, {run.provider}, level {run.level}, "
+    out = [f"bench: {label}  ({shapes}; ORT {run.ort_version}, {run.provider}, level {run.level}, "
            f"{run.intra_op_threads or 'default'} threads, {run.warmup} warm-up + {run.repeats} runs)",
            f"  {'runner':<24} {'median':>10} {'p90':>10} {'p99':>10} {'min':>10} {'spread':>10}"]
     rows = [(f"onnxruntime/{run.provider}", lat)] + [(f"{n.framework}/{n.mode}/{n.device}", n.latency)
@@ -201,11 +242,11 @@ def _bench_text(run: Any, natives: list[Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _bench_json(run: Any, natives: list[Any]) -> str:
+def _bench_json(run: Any, natives: list[Any], label: str) -> str:
     import json
 
     d = {
-        "schema": "graphcost.bench/1", "model": run.model, "provider": run.provider, "level": run.level,
+        "schema": "graphcost.bench/1", "model": label, "provider": run.provider, "level": run.level,
         "threads": run.intra_op_threads, "warmup": run.warmup, "repeats": run.repeats,
         "binding": dict(run.binding), "input_shapes": {k: list(v) for k, v in run.input_shapes.items()},
         "latency": run.latency.to_dict(), "ort_version": run.ort_version,

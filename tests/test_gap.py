@@ -125,8 +125,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_gap_cli_on_a_shipped_model(tmp_path: Path) -> None:
     out = tmp_path / "gap.json"
-    r = _cli("gap", "models/tiny_cnn.onnx", "--hardware", "edge-soc", "--dim", "batch=2", "--warmup", "2",
-             "--repeats", "5",
+    r = _cli("gap", "models/tiny_cnn.onnx", "--hardware", "edge-soc", "--warmup", "2", "--repeats", "5",
              "--format", "json", "-o", str(out), "--budget-ms", "1000", "--sustained-clock", "0.72")
     assert r.returncode in (0, 1), r.stderr
     d = json.loads(out.read_text())
@@ -136,6 +135,18 @@ def test_gap_cli_on_a_shipped_model(tmp_path: Path) -> None:
     assert "/fc/Gemm" in covered  # a source node reached through ORT's kernels
     assert d["budget"]["sustained_clock"] == 0.72 and d["budget"]["fits"] in (True, False)
     assert (r.returncode == 1) == bool(d["accounting_errors"])
+
+
+def test_bench_binds_unbound_dims_to_1_with_a_warning() -> None:
+    r = _cli("bench", "models/tiny_transformer.onnx", "--warmup", "1", "--repeats", "3")
+    assert r.returncode == 0, r.stderr
+    assert "unbound dims batch=1, seq=1" in r.stderr
+    assert "onnxruntime/cpu" in r.stdout and "input_ids=1x1" in r.stdout
+    j = _cli("bench", "models/tiny_transformer.onnx", "--dim", "batch=3", "--dim", "seq=5", "--warmup", "1",
+             "--repeats", "3", "--format", "json")
+    d = json.loads(j.stdout)
+    assert d["schema"] == "graphcost.bench/1" and d["input_shapes"]["input_ids"] == [3, 5]
+    assert d["latency"]["count"] == 3 and d["kernels"] and d["memory"]["source"]
 
 
 def test_measured_roofs_are_cached_per_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,7 +162,8 @@ def test_measured_roofs_are_cached_per_machine(tmp_path: Path, monkeypatch: pyte
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     for args in (("gap", str(tmp_path / "missing.onnx")), ("bench", "ref:nope/cnn"),
                  ("gap", "models/tiny_cnn.onnx", "--sustained-clock", "1.5"),
-                 ("compare", "--model", "resnet"), ("compare", "--frameworks", "mxnet")):
+                 ("compare", "--model", "resnet"), ("compare", "--frameworks", "mxnet"),
+                 ("bench", "models/tiny_cnn.onnx", "--dim", "batch=3")):  # tiny_cnn's shapes are static
         r = _cli(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.count("\n") == 1 and r.stderr.startswith("graphcost: "), (args, r.stderr)
