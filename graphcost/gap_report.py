@@ -62,6 +62,20 @@ class GapReport:
     memory: MemoryCheck | None
     budget: Budget | None
     notes: tuple[str, ...]
+    folded: tuple[str, ...] = ()  # source nodes ORT removed or folded away (they take no time)
+
+    def node_times(self) -> dict[str, dict[str, Any]]:
+        """Per source node: the measured time of the kernel that computes it (shared by every node that kernel
+        covers: ORT does not time a node inside a fused kernel separately), or folded away."""
+        out: dict[str, dict[str, Any]] = {}
+        for r in self.kernels:
+            for n in r.nodes:
+                out[n] = {"kernel": r.label, "observed_s": r.observed.median_s, "kernel_nodes": len(r.nodes),
+                          "kernel_bound_s": r.bound.bound_s}
+        for n in self.folded:
+            out.setdefault(n, {"kernel": None, "observed_s": 0.0, "kernel_nodes": 0, "kernel_bound_s": 0.0,
+                               "folded": True})
+        return out
 
     @property
     def errors(self) -> tuple[GapRow, ...]:
@@ -77,7 +91,8 @@ class GapReport:
             "floor": self.floor.to_dict(), "ideal_fused": self.ideal.to_dict(),
             "ort_partition": self.ort_partition.to_dict(),
             "models": [r.to_dict() for r in self.models], "kernels": [r.to_dict() for r in self.kernels],
-            "groups": [r.to_dict() for r in self.groups], "unattributed_s": self.unattributed_s,
+            "groups": [r.to_dict() for r in self.groups], "node_times": self.node_times(),
+            "unattributed_s": self.unattributed_s,
             "memory": None if self.memory is None else self.memory.to_dict(),
             "budget": None if self.budget is None else self.budget.to_dict(),
             "accounting_errors": [f"{r.level} {r.label}" for r in self.errors], "notes": list(self.notes),
@@ -145,7 +160,8 @@ def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any]
     mem = MemoryCheck(run.memory_peak_bytes, run.memory_source, memory.peak_activation_bytes, memory.min_peak_bytes,
                       memory.conservative_peak_bytes, None if memory.arena is None else memory.arena.bytes)
     return GapReport(label or path, hardware, binding, applied, run.provider, tuple(models), tuple(kernels),
-                     tuple(groups), floor, ideal, ort_partition, unattributed, mem, budget, tuple(notes))
+                     tuple(groups), floor, ideal, ort_partition, unattributed, mem, budget, tuple(notes),
+                     tuple(run.mapping.uncovered) if run.mapping is not None else ())
 
 
 def _lt(a: float | None, b: float | None) -> bool:

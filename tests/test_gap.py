@@ -133,6 +133,8 @@ def test_gap_cli_on_a_shipped_model(tmp_path: Path) -> None:
     assert d["kernels"] and d["groups"] and d["models"][0]["runner"] == "onnxruntime/cpu"
     covered = {n for k in d["kernels"] for n in k["nodes"]}
     assert "/fc/Gemm" in covered  # a source node reached through ORT's kernels
+    assert set(d["node_times"]) == covered | {n for n, t in d["node_times"].items() if t.get("folded")}
+    assert d["node_times"]["/fc/Gemm"]["observed_s"] > 0
     assert d["budget"]["sustained_clock"] == 0.72 and d["budget"]["fits"] in (True, False)
     assert (r.returncode == 1) == bool(d["accounting_errors"])
 
