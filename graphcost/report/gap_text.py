@@ -71,6 +71,9 @@ def render(report: Any, *, top: int = 10) -> str:
                    f" ({m.source})")
         out.append(f"  liveness: peak {bytes_(m.liveness_peak_bytes)} (bounds {bytes_(m.min_peak_bytes)} … "
                    f"{bytes_(m.conservative_peak_bytes)}), arena {bytes_(m.arena_bytes)}")
+        if m.measured_bytes is not None and m.min_peak_bytes is not None and m.measured_bytes < m.min_peak_bytes:
+            out.append("  (below the liveness minimum: ORT's arena excludes the caller's input buffers and runs "
+                       "some ops in place, which the liveness model, one buffer per tensor, does not)")
     if report.budget is not None:
         b = report.budget
         out += ["", f"budget {seconds(b.budget_s)} (p99, sustained clock ×{b.sustained_clock:g})", f"  {b.verdict}"]
