@@ -188,6 +188,12 @@ def _infer_framework(obj: Any) -> str | None:
     nnx = sys.modules.get("flax.nnx")
     if nnx is not None and isinstance(obj, nnx.Module):
         return "jax"
+    if callable(obj):  # a plain function: the one framework its module imported (jax.numpy, torch, tensorflow)
+        module = sys.modules.get(getattr(obj, "__module__", "") or "")
+        names = {getattr(v, "__name__", "").split(".")[0] for v in vars(module).values()} if module else set()
+        found = [fw for fw, root in (("jax", "jax"), ("torch", "torch"), ("tf", "tensorflow")) if root in names]
+        if len(found) == 1:
+            return found[0]
     return None
 
 

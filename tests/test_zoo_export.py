@@ -558,3 +558,23 @@ def test_cli_exports_a_reference_and_a_factory(tmp_path: Path, capsys: pytest.Ca
                              "--input", "ids=batch,seq,2:int64", "--input", "mask=batch,seq")
     _one_line_error(code, out, err)
     assert not (tmp_path / "bad.onnx").exists()
+
+
+@pytest.mark.heavy
+def test_cli_infers_jax_for_a_plain_function(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a factory returning a plain jnp function: the framework is the one its module imported, no --framework
+    _need("jax")
+    factory = tmp_path / "fn.py"
+    factory.write_text(textwrap.dedent("""
+        import jax.numpy as jnp
+        import numpy as np
+
+        W = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+
+        def make():
+            return lambda x: jnp.tanh(x @ W)
+    """))
+    code, out, err = run_cli(capsys, "export", f"{factory}:make", "-o", str(tmp_path / "fn.onnx"),
+                             "--input", "x=batch,8")
+    assert code == 0, err
+    assert "jax2onnx" in out and (tmp_path / "fn.onnx").exists()
