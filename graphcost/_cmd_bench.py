@@ -79,6 +79,9 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
         raise CliError(f"--sustained-clock {args.sustained_clock:g}: must be in (0, 1] (e.g. 0.72)")
     if gap and args.budget_ms is not None and not args.budget_ms > 0:
         raise CliError(f"--budget-ms {args.budget_ms:g}: must be > 0")
+    if args.compile and not args.native:
+        raise CliError("--compile times torch.compile in the native run: it needs --native (and a ref:torch/ARCH "
+                       "model)")
     if not args.model.startswith("ref:") and not Path(args.model).is_file():
         raise CliError(f"{args.model}: no such file")  # before measuring roofs or exporting anything
     if gap and args.hardware is None and not args.peak_flops and args.memory_bandwidth is None:

@@ -1,6 +1,7 @@
 """``graphcost compare``: a dense layer (or a reference model) across every installed framework and onnxruntime.
 
-Exit codes: 0 printed; 2 bad input (an unknown model, no framework installed to build it), one line on stderr.
+Exit codes: 0 printed; 1 printed, but a row was measured faster than its bound (the accounting or the roofs are
+wrong); 2 bad input (an unknown model, no framework installed to build it), one line on stderr.
 """
 
 from __future__ import annotations
@@ -73,4 +74,4 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(str(e).splitlines()[0]) from None
     text = json.dumps(result.to_dict(), indent=2) + "\n" if args.format == "json" else render(result)
     write_output(args.output, text)
-    return 0
+    return 1 if any(r.diagnosis.code == "accounting" for r in result.rows) else 0

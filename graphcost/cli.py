@@ -24,7 +24,7 @@ class CliError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # One line with the reason (argparse would print the whole usage first).
-        self.exit(EXIT_BAD_INPUT, f"graphcost: {message} (see graphcost {self.prog.split()[-1]} --help)\n")
+        self.exit(EXIT_BAD_INPUT, f"graphcost: {message} (see {self.prog} --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     for module in _command_modules():
         module.register(sub, _hardware_flags)
 
-    h = sub.add_parser("hardware", help="list or show device specs")
+    h = sub.add_parser("hardware", help="list or show device specs; detect this machine or measure its roofs")
     hs = h.add_subparsers(dest="hw_command", parser_class=_Parser)
     hs.add_parser("list", help="list catalog devices")
     show = hs.add_parser("show", help="show one device (name or TOML file)")
@@ -170,7 +170,8 @@ def _resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         if args.hardware is None and peaks and bw is not None:
             spec = catalog.adhoc(peaks, bw, epb)
         else:
-            spec = _probed(args.hardware) if args.hardware in ("detect", "measured") else catalog.resolve(
+            probe = (args.hardware or "").strip().lower()
+            spec = _probed(probe) if probe in ("detect", "measured") else catalog.resolve(
                 args.hardware or catalog.DEFAULT_HARDWARE)
             if peaks or bw is not None or epb is not None:
                 spec = catalog.override(spec, peak_flops=peaks or None, memory_bandwidth=bw, energy_per_byte=epb)
@@ -278,7 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse would name the top-level parser; point at the subcommand's help instead
+        where = " ".join(x for x in ("graphcost", args.command, getattr(args, "hw_command", None)) if x)
+        print(f"graphcost: unrecognized arguments: {' '.join(extra)} (see {where} --help)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.version:
         from graphcost import __version__
 

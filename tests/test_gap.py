@@ -165,10 +165,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     for args in (("gap", str(tmp_path / "missing.onnx")), ("bench", "ref:nope/cnn"),
                  ("gap", "models/tiny_cnn.onnx", "--sustained-clock", "1.5"),
                  ("compare", "--model", "resnet"), ("compare", "--frameworks", "mxnet"),
-                 ("bench", "models/tiny_cnn.onnx", "--dim", "batch=3")):  # tiny_cnn's shapes are static
+                 ("bench", "models/tiny_cnn.onnx", "--dim", "batch=3"),  # tiny_cnn's shapes are static
+                 ("bench", "models/tiny_cnn.onnx", "--compile"), ("gap", "models/tiny_cnn.onnx", "--bogus")):
         r = _cli(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.count("\n") == 1 and r.stderr.startswith("graphcost: "), (args, r.stderr)
+    assert "(see graphcost gap --help)" in _cli("gap", "x.onnx", "--bogus").stderr  # the subcommand's help
 
 
 def _reference_models() -> list[tuple[str, dict[str, int]]]:
