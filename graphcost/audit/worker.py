@@ -58,6 +58,7 @@ def spec_to_dict(spec: HardwareSpec) -> dict[str, Any]:
         "energy_per_byte": spec.energy_per_byte, "sustained_power_w": spec.sustained_power_w, "kind": spec.kind,
         "description": spec.description, "sources": list(spec.sources),
         "derating": None if spec.derating is None else list(spec.derating),
+        "cache_levels": [[cap, bw] for cap, bw in spec.cache_levels],
     }
 
 
@@ -66,6 +67,7 @@ def spec_from_dict(d: Mapping[str, Any]) -> HardwareSpec:
     fields["sources"] = tuple(fields.get("sources") or ())
     if fields.get("derating") is not None:
         fields["derating"] = tuple(fields["derating"])
+    fields["cache_levels"] = tuple((int(cap), float(bw)) for cap, bw in fields.get("cache_levels") or ())
     return HardwareSpec(**fields)
 
 
