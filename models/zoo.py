@@ -105,6 +105,17 @@ MLP = _Mlp()
 CNN = _Cnn()
 TRANSFORMER = _Transformer()
 
+LAYER_ATTRIBUTES: dict[str, dict[str, str]] = {
+    "mlp": {"fc1": "fc1", "fc2": "fc2", "fc3": "fc3"},
+    "cnn": {"stem.conv": "stem_conv", "stem.bn": "stem_bn", "block.conv1": "conv1", "block.bn1": "bn1",
+            "block.conv2": "conv2", "block.bn2": "bn2", "head": "head"},
+    "transformer": {"ln1": "ln1", "attn.q": "q", "attn.k": "k", "attn.v": "v", "attn.o": "o", "ln2": "ln2",
+                    "mlp.fc1": "fc1", "mlp.fc2": "fc2"},
+    "dense": {"fc": "fc"},
+}
+"""Canonical layer name (the keys of ``weights()``) → the attribute that holds the layer in the torch and flax
+modules (the same names in both)."""
+
 
 class FrameworkMissing(ImportError):
     """A framework (or its exporter) is not installed; the message names the extra to install, in one line."""

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from .zoo import CNN, MLP, TRANSFORMER
+from .zoo import CNN, LAYER_ATTRIBUTES, MLP, TRANSFORMER
 
 __all__ = ["Cnn", "Dense", "Mlp", "TransformerBlock", "build"]
 
@@ -92,14 +92,6 @@ class Dense(nnx.Module):
         return self.fc(x)
 
 
-_NAMES = {
-    "mlp": {"fc1": "fc1", "fc2": "fc2", "fc3": "fc3"},
-    "cnn": {"stem.conv": "stem_conv", "stem.bn": "stem_bn", "block.conv1": "conv1", "block.bn1": "bn1",
-            "block.conv2": "conv2", "block.bn2": "bn2", "head": "head"},
-    "transformer": {"ln1": "ln1", "attn.q": "q", "attn.k": "k", "attn.v": "v", "attn.o": "o", "ln2": "ln2",
-                    "mlp.fc1": "fc1", "mlp.fc2": "fc2"},
-    "dense": {"fc": "fc"},
-}
 _LEAVES = {"kernel": "kernel", "bias": "bias", "scale": "scale", "mean": "mean", "var": "var"}
 
 
@@ -107,7 +99,7 @@ def _load(module: nnx.Module, arch: str, w: dict[str, np.ndarray]) -> None:
     """Copy the canonical weights in (flax already uses [in, out] dense and HWIO conv kernels)."""
     for key, value in w.items():
         layer_name, _, leaf = key.rpartition(".")
-        variable = getattr(getattr(module, _NAMES[arch][layer_name]), _LEAVES[leaf])
+        variable = getattr(getattr(module, LAYER_ATTRIBUTES[arch][layer_name]), _LEAVES[leaf])
         if tuple(variable.get_value().shape) != value.shape:
             raise AssertionError(f"zoo_jax {arch}: {key} is {variable.get_value().shape}, canonical {value.shape}")
         variable.set_value(jnp.asarray(value))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .zoo import CNN, MLP, TRANSFORMER
+from .zoo import CNN, LAYER_ATTRIBUTES, MLP, TRANSFORMER
 
 __all__ = ["Cnn", "Dense", "Mlp", "TransformerBlock", "build"]
 
@@ -96,15 +96,6 @@ class Dense(nn.Module):
         return self.fc(x)
 
 
-# canonical weight name -> (module attribute path, kind) where kind says how to lay it out for torch
-_NAMES = {
-    "mlp": {"fc1": "fc1", "fc2": "fc2", "fc3": "fc3"},
-    "cnn": {"stem.conv": "stem_conv", "stem.bn": "stem_bn", "block.conv1": "conv1", "block.bn1": "bn1",
-            "block.conv2": "conv2", "block.bn2": "bn2", "head": "head"},
-    "transformer": {"ln1": "ln1", "attn.q": "q", "attn.k": "k", "attn.v": "v", "attn.o": "o", "ln2": "ln2",
-                    "mlp.fc1": "fc1", "mlp.fc2": "fc2"},
-    "dense": {"fc": "fc"},
-}
 
 
 def _load(module: nn.Module, arch: str, w: dict[str, np.ndarray]) -> None:
@@ -112,16 +103,16 @@ def _load(module: nn.Module, arch: str, w: dict[str, np.ndarray]) -> None:
     targets: dict[str, torch.Tensor] = {}
     for key, value in w.items():
         layer_name, _, leaf = key.rpartition(".")
-        layer = module.get_submodule(_NAMES[arch][layer_name])
+        layer = module.get_submodule(LAYER_ATTRIBUTES[arch][layer_name])
         if leaf == "kernel":
-            targets[f"{_NAMES[arch][layer_name]}.weight"] = torch.from_numpy(
+            targets[f"{LAYER_ATTRIBUTES[arch][layer_name]}.weight"] = torch.from_numpy(
                 value.transpose(3, 2, 0, 1).copy() if value.ndim == 4 else value.T.copy())
         elif isinstance(layer, nn.BatchNorm2d):
             attr = {"scale": "weight", "bias": "bias", "mean": "running_mean", "var": "running_var"}[leaf]
-            targets[f"{_NAMES[arch][layer_name]}.{attr}"] = torch.from_numpy(value.copy())
+            targets[f"{LAYER_ATTRIBUTES[arch][layer_name]}.{attr}"] = torch.from_numpy(value.copy())
         else:
             attr = {"scale": "weight", "bias": "bias"}[leaf]
-            targets[f"{_NAMES[arch][layer_name]}.{attr}"] = torch.from_numpy(value.copy())
+            targets[f"{LAYER_ATTRIBUTES[arch][layer_name]}.{attr}"] = torch.from_numpy(value.copy())
     state = module.state_dict()
     missing = {k for k in state if not k.endswith("num_batches_tracked")} - set(targets)
     if missing:
