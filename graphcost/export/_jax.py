@@ -12,17 +12,15 @@ exporters share (jax2onnx's own default is 23).
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ._verify import ExportError, ExportResult, check_inputs, export_verified, name_dims
+from ._verify import ExportError, ExportResult, check_inputs, export_verified, name_dims, quiet
 
 __all__ = ["export_jax"]
 
@@ -34,20 +32,9 @@ def _require() -> None:
     require("jax", "jax2onnx")
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """jax2onnx and onnx_ir log progress and notes; a verified export needs neither."""
-    loggers = [logging.getLogger(name) for name in ("jax2onnx", "onnx_ir")]  # onnx_ir: "value type ... not known"
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
+def _quiet() -> contextlib.AbstractContextManager[None]:
+    """jax2onnx and onnx_ir log progress and notes ("value type ... not known"); a verified export needs neither."""
+    return quiet(("jax2onnx", "onnx_ir"), logging.ERROR)
 
 
 def _flatten(value: Any) -> list[np.ndarray]:

@@ -13,17 +13,15 @@ The user's module is exported in eval mode; its training flags are restored afte
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
-import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ._verify import ExportError, ExportResult, check_inputs, export_verified
+from ._verify import ExportError, ExportResult, check_inputs, export_verified, quiet
 
 __all__ = ["export_torch"]
 
@@ -50,20 +48,9 @@ def _eval_mode(module: Any) -> Iterator[None]:
             m.training = training
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def _quiet() -> contextlib.AbstractContextManager[None]:
     """The exporters print progress and warn about deprecations and tracing; a verified export needs neither."""
-    loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL + 1)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
+    return quiet(_NOISY_LOGGERS, logging.CRITICAL + 1)
 
 
 _NOISY_LOGGERS = (

@@ -16,11 +16,14 @@ token ids stay valid), booleans fair coins.
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 import math
 import os
 import re
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,6 +310,23 @@ def _infer_output_dims(model: Any, names: set[str]) -> None:
         dims = inferred.graph.output[i].type.tensor_type.shape.dim
         if k < len(dims) and (dims[k].dim_param in names or dims[k].HasField("dim_value")):
             model.graph.output[i].type.tensor_type.shape.dim[k].CopyFrom(dims[k])
+
+
+@contextlib.contextmanager
+def quiet(logger_names: Sequence[str], level: int) -> Iterator[None]:
+    """Exporters log progress, print notes and warn about deprecations and tracing; a verified export needs none
+    of it. Raises the named loggers to ``level``, swallows warnings and stdout, and restores all on exit."""
+    loggers = [logging.getLogger(name) for name in logger_names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(level)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, old in zip(loggers, levels, strict=True):
+            lg.setLevel(old)
 
 
 @contextlib.contextmanager
