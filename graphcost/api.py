@@ -18,7 +18,7 @@ from graphcost.passes.batchnorm import find_foldable
 from graphcost.passes.costs import CostResult, TensorRef, count_costs, tensor_bytes
 from graphcost.passes.fusion import FusionSection, Policy, fuse, fusion_section
 from graphcost.passes.liveness import MemoryResult, TrainingOptions, liveness
-from graphcost.passes.roofline import RESIDENCIES, roofline
+from graphcost.passes.roofline import applied_residency, roofline
 from graphcost.passes.shapes import infer_shapes
 from graphcost.report.model import (
     Coverage,
@@ -190,19 +190,11 @@ def _analyze(
 def _residency(options: _Options, hw: HardwareSpec, graph: Graph, memory: MemoryResult | None,
                warnings: list[Warning_]) -> str:
     """The residency the bounds use: warm only when the model's smallest possible footprint fits on chip."""
-    if options.residency not in RESIDENCIES:
-        raise ValueError(f"residency must be one of {', '.join(RESIDENCIES)}, got {options.residency!r}")
-    if options.residency == "cold" or not options.capacity or not hw.levels():
-        return "cold"
-    largest = hw.levels()[-1][0]
-    params = _parameter_totals(graph)[1]
-    footprint = params + (memory.min_peak_bytes if memory is not None else 0)
-    if footprint > largest:
-        warnings.append(Warning_(None, f"residency warm: the model's footprint ({footprint:,} B of weights and "
-                                       f"activations) exceeds the largest on-chip level ({largest:,} B); bounds "
-                                       "use cold residency"))
-        return "cold"
-    return "warm"
+    footprint = _parameter_totals(graph)[1] + (memory.min_peak_bytes if memory is not None else 0)
+    applied, why = applied_residency(options.residency, hw, footprint, capacity=options.capacity)
+    if why:
+        warnings.append(Warning_(None, why))
+    return applied
 
 
 def _group_ids(fusion: FusionSection | None, costs: CostResult) -> dict[str, str]:

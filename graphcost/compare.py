@@ -167,6 +167,7 @@ def _bound(onnx_path: Path | None, model: Any, batch: int, seq: int, hw: Hardwar
     from graphcost.passes.costs import count_costs
     from graphcost.passes.fusion import fuse
     from graphcost.passes.liveness import liveness
+    from graphcost.passes.roofline import applied_residency
     from graphcost.passes.shapes import infer_shapes
 
     m = load(onnx_path)
@@ -179,8 +180,7 @@ def _bound(onnx_path: Path | None, model: Any, batch: int, seq: int, hw: Hardwar
     shapes = infer_shapes(m, dims=binding)
     costs = count_costs(shapes.graph)
     memory = liveness(shapes.graph, binding)
-    levels = hw.levels()
-    residency = "warm" if levels and memory.parameter_bytes + memory.min_peak_bytes <= levels[-1][0] else "cold"
+    residency, _ = applied_residency("warm", hw, memory.parameter_bytes + memory.min_peak_bytes)
     bounder = Bounder(shapes.graph, costs.nodes, hw, binding, residency=residency)
     total = ZERO
     for g in fuse(shapes.graph, costs).groups:

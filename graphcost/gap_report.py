@@ -169,14 +169,12 @@ def _lt(a: float | None, b: float | None) -> bool:
 
 
 def _residency(asked: str, hw: HardwareSpec, memory: Any, notes: list[str], capacity: bool) -> str:
-    if asked == "cold" or not capacity or not hw.levels():
-        return "cold"
-    footprint = memory.parameter_bytes + memory.min_peak_bytes
-    if footprint > hw.levels()[-1][0]:
-        notes.append(f"residency: the model's footprint ({footprint:,} B) exceeds the largest on-chip level "
-                     f"({hw.levels()[-1][0]:,} B): weights and inputs are bounded from DRAM (cold)")
-        return "cold"
-    return "warm"
+    from graphcost.passes.roofline import applied_residency
+
+    applied, why = applied_residency(asked, hw, memory.parameter_bytes + memory.min_peak_bytes, capacity=capacity)
+    if why:
+        notes.append(why)
+    return applied
 
 
 def _kernel_rows(run: Any, bounder: Bounder, notes: list[str]

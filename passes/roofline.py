@@ -104,6 +104,24 @@ def _onchip_bytes(graph: Graph | None, cost: NodeCost, binding: Mapping[str, int
 RESIDENCIES = ("cold", "warm")
 
 
+def applied_residency(asked: str, hw: HardwareSpec, footprint: Number, *, capacity: bool = True
+                      ) -> tuple[str, str | None]:
+    """The residency the bounds can use, and why not when warm was asked and cannot apply.
+
+    Warm only when the spec has on-chip levels and ``footprint`` (weights + the smallest possible activation
+    peak) fits the largest of them; otherwise cold, with the reason when warm was asked for.
+    """
+    if asked not in RESIDENCIES:
+        raise ValueError(f"residency must be one of {', '.join(RESIDENCIES)}, got {asked!r}")
+    levels = hw.levels() if capacity else ()
+    if asked == "cold" or not levels:
+        return "cold", None
+    if footprint > levels[-1][0]:
+        return "cold", (f"residency warm: the model's footprint ({footprint:,} B of weights and activations) exceeds "
+                        f"the largest on-chip level ({levels[-1][0]:,} B); bounds use cold residency")
+    return "warm", None
+
+
 def memory_time(hw: HardwareSpec, moved: Number, dram: Number) -> float:
     """Seconds to move ``moved`` bytes of which ``dram`` must come from DRAM (see the module docstring)."""
     t = dram / hw.memory_bandwidth
