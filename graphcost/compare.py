@@ -162,29 +162,14 @@ def _bound(onnx_path: Path | None, model: Any, batch: int, seq: int, hw: Hardwar
     if onnx_path is None:
         raise ValueError("compare needs onnxruntime among the runners to bound the model (the bound is computed on "
                          "the exported graph)")
-    from graphcost.gap import ZERO, Bounder
+    from graphcost.gap_report import prepare
     from graphcost.load import load
-    from graphcost.passes.costs import count_costs
-    from graphcost.passes.fusion import fuse
-    from graphcost.passes.liveness import liveness
-    from graphcost.passes.roofline import applied_residency
-    from graphcost.passes.shapes import infer_shapes
 
-    m = load(onnx_path)
-    names = set()
-    for t in m.graph().input_names:
-        tensor = m.graph().tensor(t)
-        if tensor is not None and tensor.shape is not None:
-            names |= {str(d) for d in tensor.shape if not isinstance(d, int)}
+    graph = load(onnx_path).graph()
+    names = {str(d) for t in graph.input_names for d in (getattr(graph.tensor(t), "shape", None) or ())
+             if not isinstance(d, int)}
     binding = {d: (seq if d == "seq" else batch) for d in names}
-    shapes = infer_shapes(m, dims=binding)
-    costs = count_costs(shapes.graph)
-    memory = liveness(shapes.graph, binding)
-    residency, _ = applied_residency("warm", hw, memory.parameter_bytes + memory.min_peak_bytes)
-    bounder = Bounder(shapes.graph, costs.nodes, hw, binding, residency=residency)
-    total = ZERO
-    for g in fuse(shapes.graph, costs).groups:
-        total = total + bounder.of(g.nodes)
+    total = prepare(str(onnx_path), hardware=hw, dims=binding).ideal
     cache[batch] = total
     return total
 

@@ -104,34 +104,74 @@ class GapReport:
         return json.dumps(_finite(self.to_dict()), indent=2)
 
 
-def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any] = (),
-          budget_ms: float | None = None, sustained_clock: float = 1.0, residency: str = "warm",
-          capacity: bool = True, label: str | None = None) -> GapReport:
-    """The gap report of ``path`` from an ``OrtRun`` (and ``NativeRun``s of the same model and inputs)."""
+@dataclass(frozen=True)
+class Prepared:
+    """A model analyzed for set bounds under one binding: what ``build`` and ``graphcost.compare`` start from."""
+
+    graph: Any
+    top: tuple[Any, ...]  # top-level NodeCosts
+    fusion: Any  # FusionResult under the ideal policy
+    memory: Any  # MemoryResult
+    binding: Mapping[str, int]
+    bounder: Bounder
+    residency: str  # the residency applied
+    notes: tuple[str, ...]
+
+    @property
+    def ideal(self) -> SetBound:
+        """Σ over the ideal fusion groups, each bounded as one kernel."""
+        total = ZERO
+        for g in self.fusion.groups:
+            total = total + self.bounder.of(g.nodes)
+        return total
+
+
+def prepare(path: str, *, hardware: HardwareSpec, dims: Mapping[str, int],
+            input_shapes: Mapping[str, Sequence[int]] | None = None, residency: str = "warm",
+            capacity: bool = True) -> Prepared:
+    """Shapes, costs, ideal fusion groups and liveness of ``path`` with its inputs fixed, and a Bounder.
+
+    Dims the inputs do not fix (value-dependent sizes, Loop trip counts) are taken as ``DEFAULT_DIM_VALUE`` with a
+    note: the bounds that use them are lower bounds of unknown slack.
+    """
+    from graphcost.api import DEFAULT_DIM_VALUE, all_dims
     from graphcost.load import load
     from graphcost.passes.costs import count_costs
     from graphcost.passes.fusion import fuse
     from graphcost.passes.liveness import liveness
+    from graphcost.passes.roofline import applied_residency
     from graphcost.passes.shapes import infer_shapes
 
-    if not 0 < sustained_clock <= 1:
-        raise ValueError(f"--sustained-clock must be in (0, 1], got {sustained_clock:g}")
-    from graphcost.api import DEFAULT_DIM_VALUE, all_dims
-
-    shapes = infer_shapes(load(path), input_shapes={k: list(v) for k, v in run.input_shapes.items()},
-                          dims=dict(run.binding) or None)
+    shapes = infer_shapes(load(path), input_shapes={k: list(v) for k, v in (input_shapes or {}).items()} or None,
+                          dims=dict(dims) or None)
     graph = shapes.graph
     costs = count_costs(graph)
     notes: list[str] = []
-    # the run fixed every input dim; what is left (value-dependent sizes, Loop trip counts) nobody can know here
-    unknown = sorted(all_dims(graph, costs) - set(run.binding))
-    binding = {**{d: DEFAULT_DIM_VALUE for d in unknown}, **run.binding}
+    unknown = sorted(all_dims(graph, costs) - set(dims))
+    binding = {**{d: DEFAULT_DIM_VALUE for d in unknown}, **dims}
     if unknown:
         notes.append(f"dims no shape inference could express in the inputs ({', '.join(unknown[:5])}"
                      f"{' …' if len(unknown) > 5 else ''}) are taken as {DEFAULT_DIM_VALUE}: the bounds that use "
                      "them are lower bounds of unknown slack")
-    top = [c for c in costs.nodes if c.depth == 0]
+    top = tuple(c for c in costs.nodes if c.depth == 0)
     memory = liveness(graph, binding)
+    applied, why = applied_residency(residency, hardware, memory.parameter_bytes + memory.min_peak_bytes,
+                                     capacity=capacity)
+    if why:
+        notes.append(why)
+    bounder = Bounder(graph, top, hardware, binding, residency=applied, capacity=capacity)
+    return Prepared(graph, top, fuse(graph, costs), memory, binding, bounder, applied, tuple(notes))
+
+
+def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any] = (),
+          budget_ms: float | None = None, sustained_clock: float = 1.0, residency: str = "warm",
+          capacity: bool = True, label: str | None = None) -> GapReport:
+    """The gap report of ``path`` from an ``OrtRun`` (and ``NativeRun``s of the same model and inputs)."""
+    if not 0 < sustained_clock <= 1:
+        raise ValueError(f"--sustained-clock must be in (0, 1], got {sustained_clock:g}")
+    p = prepare(path, hardware=hardware, dims=run.binding, input_shapes=run.input_shapes, residency=residency,
+                capacity=capacity)
+    notes = list(p.notes)
     on_gpu = run.provider in ("cuda", "tensorrt")
     if (hardware.kind == "gpu") != on_gpu:
         notes.append(f"the bounds use {hardware.name} ({hardware.kind}) but the run used the {run.provider} "
@@ -140,13 +180,13 @@ def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any]
     if hardware.kind != "measured":
         notes.append("roofs are not measured on this machine (graphcost hardware measure -o roofs.toml, then "
                      "--hardware roofs.toml): a kernel can only be checked against the machine's real limits")
-    applied = _residency(residency, hardware, memory, notes, capacity)
-    bounder = Bounder(graph, top, hardware, binding, residency=applied, capacity=capacity)
+    bounder, memory = p.bounder, p.memory
 
     kernels, unit_bounds, unit_times, unattributed = _kernel_rows(run, bounder, notes)
-    groups, ideal = _group_rows(run, bounder, fuse(graph, costs), unit_bounds, unit_times)
+    groups = _group_rows(run, bounder, p.fusion, unit_bounds, unit_times)
+    ideal = p.ideal
     ort_partition = sum(unit_bounds.values(), ZERO)
-    floor = bounder.of(c.name for c in top)
+    floor = bounder.of(c.name for c in p.top)
     model_bound = ideal if _lt(ideal.bound_s, ort_partition.bound_s) else ort_partition
     models = [row("model", "whole model", f"onnxruntime/{run.provider}", model_bound,
                   observed_from(run.latency, WALL_RESOLUTION_S), nodes=())]
@@ -159,22 +199,13 @@ def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any]
         budget = Budget(budget_ms / 1e3, sustained_clock, float(run.latency.p99), floor_s)
     mem = MemoryCheck(run.memory_peak_bytes, run.memory_source, memory.peak_activation_bytes, memory.min_peak_bytes,
                       memory.conservative_peak_bytes, None if memory.arena is None else memory.arena.bytes)
-    return GapReport(label or path, hardware, binding, applied, run.provider, tuple(models), tuple(kernels),
+    return GapReport(label or path, hardware, p.binding, p.residency, run.provider, tuple(models), tuple(kernels),
                      tuple(groups), floor, ideal, ort_partition, unattributed, mem, budget, tuple(notes),
                      tuple(run.mapping.uncovered) if run.mapping is not None else ())
 
 
 def _lt(a: float | None, b: float | None) -> bool:
     return a is not None and (b is None or a < b)
-
-
-def _residency(asked: str, hw: HardwareSpec, memory: Any, notes: list[str], capacity: bool) -> str:
-    from graphcost.passes.roofline import applied_residency
-
-    applied, why = applied_residency(asked, hw, memory.parameter_bytes + memory.min_peak_bytes, capacity=capacity)
-    if why:
-        notes.append(why)
-    return applied
 
 
 def _kernel_rows(run: Any, bounder: Bounder, notes: list[str]
@@ -232,7 +263,7 @@ def _observed(samples: Sequence[float], resolution: float) -> Observed:
 
 
 def _group_rows(run: Any, bounder: Bounder, fusion: Any, unit_bounds: Mapping[int, SetBound],
-                unit_times: Mapping[int, tuple[float, ...]]) -> tuple[list[GapRow], SetBound]:
+                unit_times: Mapping[int, tuple[float, ...]]) -> list[GapRow]:
     """Ideal groups merged where an ORT unit spans several; each merged set bounded as one kernel."""
     groups = fusion.groups
     parent = list(range(len(groups)))
@@ -255,9 +286,6 @@ def _group_rows(run: Any, bounder: Bounder, fusion: Any, unit_bounds: Mapping[in
             parent[find(h)] = find(homes[0])
         if homes:
             unit_home[u] = homes[0]
-    ideal = ZERO
-    for g in groups:
-        ideal = ideal + bounder.of(g.nodes)
     members: dict[int, list[int]] = {}
     for i in range(len(groups)):
         members.setdefault(find(i), []).append(i)
@@ -280,4 +308,4 @@ def _group_rows(run: Any, bounder: Bounder, fusion: Any, unit_bounds: Mapping[in
         rows.append(row("group", label, f"onnxruntime/{run.provider}", bound, obs, nodes=nodes,
                         kernels=[k.name for k in kernels]))
     rows.sort(key=lambda r: -r.observed.median_s)
-    return rows, ideal
+    return rows
