@@ -22,9 +22,9 @@ import numpy as np
 import onnx
 import onnx.parser
 import pytest
+from clihelp import run_cli
 from onnx import numpy_helper
 
-import graphcost.cli as cli
 from graphcost.audit.find import drop_external_files, find_models, make_jobs
 from graphcost.audit.store import Store
 
@@ -33,13 +33,7 @@ TINY_CNN = ROOT / "models" / "tiny_cnn.onnx"
 TINY_TRANSFORMER = ROOT / "models" / "tiny_transformer.onnx"
 HOOK = "GRAPHCOST_AUDIT_TEST_HOOK"
 
-# Run the CLI with the audit command whether or not cli.py lists it yet.
-CLI_SNIPPET = (
-    "import sys, graphcost.cli as c\n"
-    "if 'graphcost._cmd_audit' not in c.COMMAND_MODULES:\n"
-    "    c.COMMAND_MODULES = (*c.COMMAND_MODULES, 'graphcost._cmd_audit')\n"
-    "sys.exit(c.main(sys.argv[1:]))\n"
-)
+CLI_SNIPPET = "import sys, graphcost.cli as c\nsys.exit(c.main(sys.argv[1:]))\n"
 
 
 @pytest.fixture(autouse=True)
@@ -49,17 +43,7 @@ def _no_hook(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def audit(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """``graphcost audit ARGS`` in this process: (exit code, stdout, stderr)."""
-    modules = cli.COMMAND_MODULES
-    if "graphcost._cmd_audit" not in modules:
-        cli.COMMAND_MODULES = (*modules, "graphcost._cmd_audit")  # type: ignore[misc]
-    try:
-        code = cli.main(["audit", *args])
-    except SystemExit as e:
-        code = int(e.code or 0)
-    finally:
-        cli.COMMAND_MODULES = modules  # type: ignore[misc]
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, "audit", *args)
 
 
 def rows_of(out: Path) -> list[dict]:

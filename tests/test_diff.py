@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import pytest
+from clihelp import run_cli
 from onnx import TensorProto, numpy_helper
 
-import graphcost.cli as cli
 from graphcost.diff import diff_models
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,30 +89,20 @@ def test_dims_bound_where_declared(tmp_path: Path) -> None:
     assert dict(d.dims_ignored) == {"b": ("batch",)}
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    modules = cli.COMMAND_MODULES
-    if "graphcost._cmd_diff" not in modules:
-        cli.COMMAND_MODULES = (*modules, "graphcost._cmd_diff")  # type: ignore[misc]
-    try:
-        code = cli.main(["diff", *args])
-    except SystemExit as e:
-        code = int(e.code or 0)
-    finally:
-        cli.COMMAND_MODULES = modules  # type: ignore[misc]
-    out, err = capsys.readouterr()
-    return code, out, err
+def diff_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    return run_cli(capsys, "diff", *args)
 
 
 def test_cli_text_json_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = save(tmp_path, "a.onnx", mlp(16))
     b = save(tmp_path, "b.onnx", mlp(32, extra="Sigmoid"))
-    code, out, err = run_cli(capsys, a, b)
+    code, out, err = diff_cli(capsys, a, b)
     assert code == 0, err
     assert "Sigmoid" in out and "+ extra [Sigmoid]" in out and "~ fc [MatMul]" in out
-    code, out, _ = run_cli(capsys, a, b, "--format", "json")
+    code, out, _ = diff_cli(capsys, a, b, "--format", "json")
     assert code == 0
     d = json.loads(out)
     assert d["schema"] == "graphcost.diff/1" and d["nodes"]["added"] == [{"name": "extra", "op_type": "Sigmoid"}]
     (tmp_path / "bad.onnx").write_bytes(b"")
-    code, _, err = run_cli(capsys, a, str(tmp_path / "bad.onnx"))
+    code, _, err = diff_cli(capsys, a, str(tmp_path / "bad.onnx"))
     assert code == 2 and "empty" in err and err.count("\n") == 1

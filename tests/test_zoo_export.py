@@ -23,9 +23,9 @@ import numpy as np
 import onnx
 import pytest
 import sympy
+from clihelp import run_cli
 
 import graphcost
-from graphcost.cli import main
 from graphcost.export import ExportError, export_tf, verify_onnx
 from graphcost.models import zoo
 
@@ -85,15 +85,6 @@ def product_flops(report: graphcost.Report) -> int:
 
 def expected_flops(arch: str, dims: dict[str, int], features: int = 1024) -> int:
     return FLOPS_PER_MAC * int(product_macs(arch, features).subs({BATCH: dims["batch"], SEQ: dims.get("seq", 1)}))
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ---------------------------------------------------------------------------------------------------------------
