@@ -339,20 +339,8 @@ def _kv(rows: Iterable[tuple[str, str]]) -> str:
 
 
 def _header(report: Report) -> str:
-    m, hw = report.model, report.hardware
-    opsets = ", ".join(f"{k} {v}" for k, v in sorted(m.opsets.items()))
-    lines = [f"producer {m.producer or '?'} · IR {m.ir_version} · opsets {opsets}",
-             f"{m.node_count} nodes · {m.parameter_count:,} parameters ({bytes_(m.parameter_bytes)})"]
-    for i in m.inputs:
-        shape = "?" if i.shape is None else "×".join(str(d) for d in i.shape)
-        lines.append(f"input {i.name}: {i.dtype}[{shape}]")
-    if report.binding:
-        dims = ", ".join(f"{k}={v}" for k, v in sorted(report.binding.items()))
-        lines.append(f"dims {dims}" + (f" (defaulted: {', '.join(report.defaulted_dims)})"
-                                       if report.defaulted_dims else ""))
-    peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in hw.peak_flops.items())
-    lines.append(f"hardware {hw.name}: {peaks}; DRAM {si(hw.memory_bandwidth, 'B/s')}; "
-                 f"ridge {hw.ridge_point('float32'):.1f} FLOP/B (float32)")
+    m = report.model
+    lines = report.header_lines()
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
         ("roofline", "roofline"), ("summary", "summary"), ("ops", "op types"), ("top", "top nodes"),
         ("fusion", "fusion"), ("memory", "memory"), ("warnings", "warnings")))

@@ -227,6 +227,28 @@ class Report:
         rows.sort(key=lambda r: (-r.roofline_time_s, r.op_type))
         return rows
 
+    def header_lines(self, *, aligned: bool = False) -> list[str]:
+        """What was analyzed, on what: producer and opsets, size, inputs, dims, hardware roofs (text and HTML
+        headers). ``aligned`` pads the labels into a column for the terminal."""
+        from graphcost.report.units import bytes_, si
+
+        m, hw = self.model, self.hardware
+        gap = " " if aligned else ""
+        opsets = ", ".join(f"{k} {v}" for k, v in sorted(m.opsets.items()))
+        lines = [f"producer {m.producer or '?'} · IR {m.ir_version} · opsets {opsets}",
+                 f"{m.node_count} nodes · {m.parameter_count:,} parameters ({bytes_(m.parameter_bytes)})"]
+        for i in m.inputs:
+            shape = "?" if i.shape is None else "×".join(str(d) for d in i.shape)
+            lines.append(f"input {gap}{i.name}: {i.dtype}[{shape}]")
+        if self.binding:
+            dims = ", ".join(f"{k}={v}" for k, v in sorted(self.binding.items()))
+            lines.append(f"dims {gap * 2}{dims}" + (f"{gap} (defaulted: {', '.join(self.defaulted_dims)})"
+                                                    if self.defaulted_dims else ""))
+        peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in hw.peak_flops.items())
+        lines.append(f"hardware {hw.name}: {peaks}; DRAM {si(hw.memory_bandwidth, 'B/s')}; "
+                     f"ridge {hw.ridge_point('float32'):.1f} FLOP/B (float32)")
+        return lines
+
     def top(self, n: int = 10) -> list[NodeReport]:
         """The ``n`` top-level nodes with the largest bound time."""
         tops = [x for x in self.nodes if x.depth == 0 and x.roofline_time_s is not None]

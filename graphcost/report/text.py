@@ -17,21 +17,10 @@ def render_text(report: Report, *, top: int = 10, width: int = 120) -> str:
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False,
                   markup=False, emoji=False)
-    m, t, hw = report.model, report.totals, report.hardware
+    m, t = report.model, report.totals
     con.print(f"graphcost — {m.path or '<in-memory model>'}")
-    opsets = ", ".join(f"{k} {v}" for k, v in sorted(m.opsets.items()))
-    con.print(f"  producer {m.producer or '?'} · IR {m.ir_version} · opsets {opsets}")
-    con.print(f"  {m.node_count} nodes · {m.parameter_count:,} parameters ({bytes_(m.parameter_bytes)})")
-    for i in m.inputs:
-        shape = "?" if i.shape is None else "×".join(str(d) for d in i.shape)
-        con.print(f"  input  {i.name}: {i.dtype}[{shape}]")
-    if report.binding:
-        dims = ", ".join(f"{k}={v}" for k, v in sorted(report.binding.items()))
-        con.print(f"  dims   {dims}" + (f"  (defaulted: {', '.join(report.defaulted_dims)})"
-                                        if report.defaulted_dims else ""))
-    peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in hw.peak_flops.items())
-    con.print(f"  hardware {hw.name}: {peaks}; DRAM {si(hw.memory_bandwidth, 'B/s')}; "
-              f"ridge {hw.ridge_point('float32'):.1f} FLOP/B (float32)")
+    for line in report.header_lines(aligned=True):
+        con.print(f"  {line}")
     con.print()
     summary = Table(title="Summary", show_header=False, box=None, pad_edge=False)
     summary.add_column(justify="left")
