@@ -17,7 +17,6 @@ import shutil
 import struct
 import subprocess
 import tempfile
-import time
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -159,7 +158,7 @@ def test_memory_curve_with_labelled_peak(tiny_report: graphcost.Report) -> None:
     assert f"at {html.escape(m.peak_node)} (step {m.peak_step})" in doc
 
 
-def test_big_report_is_capped_and_fast(tiny_report: graphcost.Report) -> None:
+def test_big_report_is_capped(tiny_report: graphcost.Report) -> None:
     """10,000 nodes, groups and steps: at most MAX_POINTS points and MAX_CURVE_POINTS vertices, said so."""
     base = [n for n in tiny_report.nodes if n.depth == 0]
     nodes = tuple(dataclasses.replace(base[i % len(base)], name=f"n{i}") for i in range(10_000))
@@ -169,9 +168,7 @@ def test_big_report_is_capped_and_fast(tiny_report: graphcost.Report) -> None:
     big = dataclasses.replace(
         tiny_report, nodes=nodes, fusion=dataclasses.replace(fusion, groups=groups),
         memory=dataclasses.replace(tiny_report.memory, curve=curve, peak_step=None))
-    start = time.perf_counter()
-    doc = render_html(big)
-    assert time.perf_counter() - start < 5.0  # ~0.3 s here; generous for a loaded CI machine
+    doc = render_html(big)  # its speed is bench/'s business (bench/run.py), not a test's
     drawable = sum(1 for g in groups if g.flops and g.bytes_fused and g.time_fused_s)
     assert drawable > MAX_POINTS and doc.count('class="pt"') == MAX_POINTS
     assert f"Showing the {MAX_POINTS:,} largest of {drawable:,} fusion groups" in doc

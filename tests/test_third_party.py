@@ -31,6 +31,8 @@ import pytest
 import sympy
 import third_party_models as tpm
 
+from graphcost.hardware.spec import HardwareSpec
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `models` is a top-level folder of the checkout, not part of the installed package
     sys.path.insert(0, str(ROOT))
@@ -51,6 +53,10 @@ _LLAMA_ORT = ("ORT's symbolic shape inference raises AssertionError (two differe
 
 KNOWN_GAPS: dict[str, str] = {}
 """Test id (the part in brackets) -> why it fails today. Filled in below, next to the parametrization."""
+
+CEILING = HardwareSpec("ceiling", {"float32": 5e12, "float16": 10e12, "int8": 20e12}, 2e12)
+"""5 TFLOP/s fp32 and 2 TB/s at every level: far above what a 2-core CPU reaches in any cache, so a real kernel
+faster than a bound on this spec is an accounting error, not timer noise or a lucky time slice."""
 
 
 def _param(test_id: str, *values: Any) -> Any:
@@ -383,8 +389,12 @@ def test_scripted_loop_legacy(tmp_path: Path) -> None:
     ("gpt2", "dynamo", {"batch": 2, "seq": 16}), ("bert", "legacy", {"batch": 2, "seq": 16}),
     ("wav2vec2", "dynamo", {"batch": 2, "samples": 16000}), ("t5", "legacy", {"batch": 2, "seq": 16, "dec_seq": 16}),
 ])
-def test_gap_no_kernel_beats_measured_roofs(name: str, exporter: str, dims: dict[str, int], exports: Exports,
-                                            measured_roofs: Any) -> None:
+def test_gap_no_kernel_beats_a_ceiling_spec(name: str, exporter: str, dims: dict[str, int], exports: Exports) -> None:
+    # Against roofs measured in the test run, a busy machine measures low roofs (large bounds) and reports kernels
+    # "faster than the bound" that are not: that claim is a benchmark now (bench/bench_no_kernel_beats_roofs.py,
+    # roofs and kernels interleaved). What a test can check whatever the load: against CEILING, roofs above what
+    # this kind of machine reaches at any cache level, no real kernel is faster than its bound. Load only slows
+    # the kernels down, so a failure here means bytes or FLOPs counted that the kernel does not move or do.
     from graphcost import gap_report
     from graphcost.load import load
     from graphcost.measure import run_ort
@@ -393,6 +403,6 @@ def test_gap_no_kernel_beats_measured_roofs(name: str, exporter: str, dims: dict
     graph = load(path).graph()
     names = {str(d) for t in graph.input_names for d in (graph.tensor(t).shape or ()) if not isinstance(d, int)}
     run = run_ort(path, binding={k: v for k, v in dims.items() if k in names}, warmup=5, repeats=20)
-    report = gap_report.build(str(path), run, hardware=measured_roofs)
+    report = gap_report.build(str(path), run, hardware=CEILING)
     assert report.kernels and report.groups
     assert report.errors == (), [(r.label, r.observed.median_s, r.bound.bound_s) for r in report.errors]
