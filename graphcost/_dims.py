@@ -9,10 +9,13 @@ sympy); sympy is used only where a dim is symbolic.
 from __future__ import annotations
 
 import functools
+import hashlib
+import numbers
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Union
 
+from graphcost import _dimexpr
 from graphcost._sym import sympy
 
 if TYPE_CHECKING:
@@ -25,7 +28,8 @@ else:
 
 Shape = tuple[Dim, ...]
 
-_NAME_OK = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME_OK = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT_OK = re.compile(r"-?[0-9]+\Z")
 
 
 @functools.lru_cache(maxsize=65536)
@@ -35,7 +39,10 @@ def symbol(name: str) -> Any:
 
 
 def _safe_name(raw: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", raw)
+    """The opaque symbol's name for text outside the grammar: deterministic, an identifier, bounded."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", raw[:_dimexpr.MAX_TEXT])
+    if len(raw) > _dimexpr.MAX_TEXT:  # keep distinct long texts distinct without keeping them whole
+        cleaned = cleaned[:64] + "_" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     if not cleaned or cleaned[0].isdigit():
         cleaned = "d_" + cleaned
     return cleaned
@@ -47,22 +54,41 @@ def parse_dim(text: str) -> Dim:
 
     A plain identifier becomes a symbol; an arithmetic expression over identifiers (as ORT's symbolic
     shape inference writes them) becomes that expression; anything else is one opaque symbol whose
-    name is a sanitised copy of the text, so it is never lost or read as a number.
+    name is a sanitised copy of the text, so it is never lost or read as a number. The text comes from
+    the model file, so it is never evaluated: :mod:`graphcost._dimexpr` parses a small grammar with
+    limits on length, nesting, exponents and expanded size, which bounds the work any dim can cause.
     """
+    if len(text) > _dimexpr.MAX_TEXT:  # never scanned further, so any length costs the same
+        return symbol(_safe_name(text))
     text = text.strip()
-    if text.lstrip("-").isdigit():
+    if len(text) <= 20 and _INT_OK.match(text) and abs(int(text)) <= _dimexpr.MAX_LITERAL:
         return int(text)
     if _NAME_OK.match(text):
         return symbol(text)
-    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) - {"floor", "ceiling", "Min", "Max", "Mod", "ceil"}
-    local = {n: symbol(n) for n in names}
-    local.update({"floor": sympy.floor, "ceiling": sympy.ceiling, "ceil": sympy.ceiling,
-                  "Min": sympy.Min, "Max": sympy.Max, "Mod": sympy.Mod})
     try:
-        expr = sympy.sympify(text, locals=local)
-    except (sympy.SympifyError, SyntaxError, TypeError, ValueError):
+        expr = _dimexpr.parse(text, symbol)
+    except _dimexpr.Rejected:
         return symbol(_safe_name(text))
     return simplify_dim(expr)
+
+
+def as_expr(value: object) -> Any:
+    """A count or dim as a sympy object, for code that needs sympy methods on it.
+
+    Accepts ints (numpy ints too), reals and sympy objects. Text is refused with TypeError: turning a
+    string into an expression is :func:`parse_dim`'s job alone, because ``sympify`` would evaluate it.
+    """
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"as_expr takes a number or a sympy object, not text: {value[:40]!r}")
+    if isinstance(value, sympy.Basic):
+        return value
+    if isinstance(value, numbers.Integral) or (hasattr(value, "__index__") and not isinstance(value, float)):
+        return sympy.Integer(int(value))  # type: ignore[call-overload]  # numpy integers
+    if isinstance(value, numbers.Rational):
+        return sympy.Rational(int(value.numerator), int(value.denominator))
+    if isinstance(value, numbers.Real):
+        return sympy.Float(float(value))
+    raise TypeError(f"not a dim or count: {type(value).__name__}")
 
 
 def simplify_dim(value: object) -> Dim:
@@ -126,8 +152,8 @@ def evaluate(value: Dim, binding: Mapping[str, int]) -> int | float:
         name = str(s)
         if name not in binding:
             raise KeyError(name)
-        subs[s] = binding[name]
-    result = sympy.sympify(value.xreplace(subs))
+        subs[s] = as_expr(binding[name])
+    result = as_expr(value.xreplace(subs))
     if result.is_Integer:
         return int(result)
     return float(result)
@@ -140,6 +166,62 @@ def to_text(value: Dim) -> str:
     return _expr_text(value)
 
 
+TEXT_EXPAND_TERMS = 4096
+"""Formulas whose expansion could exceed this many terms are printed as they stand, unexpanded."""
+
+
 @functools.lru_cache(maxsize=65536)
 def _expr_text(value: Any) -> str:
+    if not expands_within(value, TEXT_EXPAND_TERMS):
+        return str(value)  # still the exact formula, only factored: expanding it could take unbounded time
     return str(sympy.expand(value))
+
+
+def expands_within(value: Dim, limit: int) -> bool:
+    """Whether ``sympy.expand(value)`` is sure to stay within ``limit`` terms at every level.
+
+    Every dim is bounded by the parser, but a count multiplies many dims, and the expansion of a
+    product of sums grows as the product of their lengths. Callers that expand (reports, symbolic
+    equality) ask this first; it takes time linear in the size of the expression graph.
+    """
+    if isinstance(value, int):
+        return True
+    try:
+        _terms(value, limit, {})
+    except _TooBig:
+        return False
+    return True
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _terms(expr: Any, limit: int, seen: dict[Any, int]) -> int:
+    """An upper bound on the terms of ``expand(expr)``; raises _TooBig past ``limit``."""
+    if not expr.args:
+        return 1
+    if expr in seen:
+        return seen[expr]
+    n = 1
+    if expr.is_Add:
+        n = sum(_terms(a, limit, seen) for a in expr.args)
+    elif expr.is_Mul:
+        for a in expr.args:
+            n *= _terms(a, limit, seen)
+            if n > limit:
+                raise _TooBig
+    elif expr.is_Pow:
+        base = _terms(expr.base, limit, seen)
+        _terms(expr.exp, limit, seen)
+        e = abs(int(expr.exp)) if expr.exp.is_Integer else 1  # expand also multiplies out denominators
+        if base > 1 and e > limit.bit_length():  # base**e ≥ 2**e > limit
+            raise _TooBig
+        n = base ** e
+    else:  # a function (floor, Max, Mod): one term, whose arguments are expanded too
+        for a in expr.args:
+            _terms(a, limit, seen)
+    if n > limit:
+        raise _TooBig
+    seen[expr] = n
+    return n

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType, SimpleNamespace
 from typing import Protocol
 
-from graphcost._dims import Dim, numel, prod
+from graphcost._dims import Dim, expands_within, numel, prod
 from graphcost._sym import sympy
 from graphcost.graph import Graph, Node
 from graphcost.ops import Kind, lookup
@@ -342,7 +342,10 @@ def same(a: Dim, b: Dim) -> bool:
 
 @functools.lru_cache(maxsize=65536)
 def _same_symbolic(a: Dim, b: Dim) -> bool:
-    return bool(sympy.expand(a - b) == 0)
+    d = a - b
+    if not expands_within(d, 4096):  # expanding would be unbounded work: compare as written (may say "differ")
+        return bool(d == 0)
+    return bool(sympy.expand(d) == 0)
 
 
 @dataclass(frozen=True)

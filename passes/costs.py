@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from graphcost._dims import Dim, numel, simplify_dim, symbol
+from graphcost._dims import Dim, as_expr, numel, simplify_dim, symbol
 from graphcost._sym import sympy
 from graphcost.graph import Graph, Node, Tensor, dtype_bits
 from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, lookup
@@ -200,7 +200,7 @@ def _clean(value: Dim) -> Dim:
         return value
     if isinstance(value, float):
         return int(value) if value.is_integer() else simplify_dim(sympy.Float(value))
-    return simplify_dim(sympy.sympify(value))
+    return simplify_dim(as_expr(value))  # never sympify: it would evaluate a str
 
 
 def _body_totals(rows: list[NodeCost], depth: int) -> tuple[Dim | None, Dim | None, Dim | None, Dim | None]:

@@ -21,12 +21,15 @@ import contextvars
 import importlib.util
 import io
 import os
+import re
 import sys
+import warnings as pywarnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import onnx
 
 from graphcost._dims import Dim, free_names, parse_dim, to_text
@@ -529,8 +532,11 @@ def _ort_infer(model: onnx.ModelProto, base_dir: str | None, warnings: list[Shap
 
     logging.getLogger("_graphcost_ort_symbolic_shape_infer").setLevel(logging.CRITICAL)
     ready = _ort_ready(model, base_dir, typed)
+    renamed = _ort_plain_dim_names(ready)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        # ORT's engine prints and warns (numpy RuntimeWarnings) on models it cannot type: graphcost says one line.
+        with contextlib.redirect_stdout(io.StringIO()), pywarnings.catch_warnings(), np.errstate(all="ignore"):
+            pywarnings.simplefilter("ignore")
             sym = module.SymbolicShapeInference(2**31 - 1, True, False, 0)
             sym._preprocess(ready)
             rounds = 0
@@ -542,7 +548,83 @@ def _ort_infer(model: onnx.ModelProto, base_dir: str | None, warnings: list[Shap
     except Exception as e:
         warnings.append(ShapeWarning(None, f"onnxruntime symbolic shape inference gave up: {_first_line(e)}"))
         return None
-    return result if isinstance(result, onnx.ModelProto) else None
+    if not isinstance(result, onnx.ModelProto):
+        return None
+    _ort_restore_dim_names(result, renamed)
+    return result
+
+
+# ---------------------------------------------------------------------------- dim names ORT may see
+# A dim_param is text from the model file. ORT's symbolic inference keeps dims as sympy objects, and
+# sympy turns text into an expression by evaluating it, so ORT is handed only dim names that are plain
+# identifiers (evaluating an identifier calls nothing): every other dim_param is renamed to a fresh
+# identifier before the hand-off and put back, inside parentheses, in whatever ORT writes from it.
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ORT_DIM_PREFIX = "gc_dim"
+
+
+def _type_shapes(t: onnx.TypeProto) -> Iterator[onnx.TensorShapeProto]:
+    """Every shape inside a type, through sequences, optionals and maps."""
+    which = t.WhichOneof("value")
+    if which in ("tensor_type", "sparse_tensor_type"):
+        inner = getattr(t, which)
+        if inner.HasField("shape"):
+            yield inner.shape
+    elif which == "sequence_type":
+        yield from _type_shapes(t.sequence_type.elem_type)
+    elif which == "optional_type":
+        yield from _type_shapes(t.optional_type.elem_type)
+    elif which == "map_type":
+        yield from _type_shapes(t.map_type.value_type)
+
+
+def _all_dims(graph: onnx.GraphProto) -> Iterator[onnx.TensorShapeProto.Dimension]:
+    """Every dim of every typed value in the graph and all its subgraphs (no _FLAT shortcut: this is a guard)."""
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        for shape in _type_shapes(vi.type):
+            yield from shape.dim
+    for node in graph.node:
+        for a in node.attribute:
+            for t in (a.tp, *a.type_protos):
+                for shape in _type_shapes(t):
+                    yield from shape.dim
+            for g in ((a.g,) if a.HasField("g") else ()) + tuple(a.graphs):
+                yield from _all_dims(g)
+
+
+def _ort_plain_dim_names(model: onnx.ModelProto) -> dict[str, str]:
+    """Rename, in place, each dim_param that is not a plain identifier; returns new name → original."""
+    dims = [d for d in _all_dims(model.graph) if d.HasField("dim_param")]
+    odd = sorted({d.dim_param for d in dims if not _IDENT.fullmatch(d.dim_param)})
+    if not odd:
+        return {}
+    taken = {m for d in dims for m in _IDENT.findall(d.dim_param[:4096])}
+    clashes = [len(name) for name in taken if name.startswith(_ORT_DIM_PREFIX)]
+    # Longer than every name that shares the prefix, so no name in the model starts with it.
+    prefix = _ORT_DIM_PREFIX + "_" * (max(clashes) - len(_ORT_DIM_PREFIX) + 1 if clashes else 0)
+    new_name = {text: f"{prefix}{i}" for i, text in enumerate(odd)}
+    for d in dims:
+        if d.dim_param in new_name:
+            d.dim_param = new_name[d.dim_param]
+    return {new: text for text, new in new_name.items()}
+
+
+def _ort_restore_dim_names(model: onnx.ModelProto, renamed: Mapping[str, str]) -> None:
+    """Put the original dim_params back into ORT's output, in place, wherever ORT used a renamed one."""
+    if not renamed:
+        return
+
+    def original(m: re.Match[str]) -> str:
+        text = renamed.get(m.group(0))
+        return m.group(0) if text is None else f"({text})"
+
+    for d in _all_dims(model.graph):
+        if not d.HasField("dim_param"):
+            continue
+        if d.dim_param in renamed:
+            d.dim_param = renamed[d.dim_param]
+        elif renamed.keys() & set(_IDENT.findall(d.dim_param)):
+            d.dim_param = _IDENT.sub(original, d.dim_param)
 
 
 def _first_line(e: BaseException) -> str:

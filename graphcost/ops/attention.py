@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import onnx
 
-from graphcost._dims import Dim, numel, prod
+from graphcost._dims import Dim, as_expr, expands_within, numel, prod
 from graphcost._sym import sympy
 from graphcost.graph import Graph
 from graphcost.ops._registry import (
@@ -34,7 +34,14 @@ def _div(a: Dim, b: Dim) -> Dim:
     """Exact quotient of dims known to divide (hidden / heads)."""
     if isinstance(a, int) and isinstance(b, int):
         return a // b
-    return sympy.simplify(a / b)
+    quotient = as_expr(a) / as_expr(b)
+    if not expands_within(quotient, _SIMPLIFY_TERMS):
+        return quotient  # exact as it stands; simplify's time grows without bound on large expressions
+    return sympy.simplify(quotient)
+
+
+_SIMPLIFY_TERMS = 64
+"""Quotients whose expansion could exceed this many terms are left unsimplified."""
 
 
 # --- attention -------------------------------------------------------------------------------------
@@ -124,8 +131,8 @@ def _subgraph_work(child: Graph, opsets: dict[str, int], input_shape: Sequence[D
         total = total + result
     flops, macs = total.flops, total.macs
     if binding:
-        flops = flops if isinstance(flops, int) else sympy.sympify(flops).xreplace(binding)
-        macs = macs if isinstance(macs, int) else sympy.sympify(macs).xreplace(binding)
+        flops = flops if isinstance(flops, int) else as_expr(flops).xreplace(binding)
+        macs = macs if isinstance(macs, int) else as_expr(macs).xreplace(binding)
     return Work(flops=flops if not isinstance(flops, sympy.Integer) else int(flops),
                 macs=macs if not isinstance(macs, sympy.Integer) else int(macs))
 
