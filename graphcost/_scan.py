@@ -21,7 +21,9 @@ can hold a payload longer than it, so everything else is copied verbatim without
     TrainingInfoProto  initialization 1, algorithm 2
 
 How a stripped payload is recorded (``TensorProto.external_data``, ``data_location = EXTERNAL``;
-``location`` is the basename of the file's real path, ``offset``/``length`` are absolute):
+``location`` is the basename of the file's real path, ``offset``/``length`` are absolute; a basename that is
+not UTF-8 cannot be a protobuf string, so it is written as :data:`OWN_FILE_PREFIX` + its percent-encoded bytes,
+see :func:`own_location`):
 
 - **no** ``encoding`` **key** - one packed ``raw_data``, ``float_data`` or ``double_data`` field: the
   range holds its payload bytes, which are fixed-width little-endian exactly as ``raw_data`` would
@@ -33,6 +35,10 @@ How a stripped payload is recorded (``TensorProto.external_data``, ``data_locati
   it warns "Ignoring unknown external data key(s) ['encoding']" and would read those bytes as
   ``raw_data``, i.e. garbage. Fetch them through :func:`read_external_payload`.
 
+Files: every open goes through :func:`open_regular` (non-blocking, then ``fstat``: a FIFO, device,
+socket or directory is refused before a byte is read, so a named pipe cannot hang the scan), and every
+external-data ``location`` is resolved by :func:`resolve_location`, which keeps it inside the model's folder.
+
 Limits: payload records of one tensor that are not contiguous in the file (no known writer does
 that) are kept in full; tensors already stored externally pass through unchanged; large fields
 outside the table (a huge ``doc_string``, unknown fields) are copied; wire groups are rejected.
@@ -42,6 +48,9 @@ from __future__ import annotations
 
 import enum
 import os
+import re
+import stat
+import urllib.parse
 from typing import BinaryIO, Final, NoReturn
 
 import numpy as np
@@ -55,6 +64,9 @@ ENCODING_KEY: Final = "encoding"
 FIELDS_ENCODING: Final = "tensorproto-fields"
 """Its value: the referenced bytes are TensorProto wire records (tags included) holding the payload."""
 
+OWN_FILE_PREFIX: Final = "graphcost-fsencoded:"
+"""A ``location`` naming the model's own file by its percent-encoded bytes (a basename that is not UTF-8)."""
+
 _BUFFER: Final = 64 * 1024  # read window when scanning on; the page cache behind it never counts towards our RSS
 _PROBE: Final = 4 * 1024  # read window after a jump past a payload: usually one tensor header, then another jump
 _MAX_DEPTH: Final = 100  # protobuf's own default recursion limit; deeper nesting is hostile input
@@ -62,6 +74,92 @@ _MAX_DEPTH: Final = 100  # protobuf's own default recursion limit; deeper nestin
 
 class ScanError(ValueError):
     """The file cannot be read as an ONNX model. The message is one line, meant for a human."""
+
+
+# -- files ------------------------------------------------------------------------------------------------------
+_KINDS: Final = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_DRIVE: Final = re.compile(r"^[A-Za-z]:")  # C:foo, C:\foo: a Windows drive, absolute or not, is never inside the folder
+
+
+def file_kind(mode: int) -> str | None:
+    """None for a regular file; otherwise what ``mode`` (``st_mode``) describes, for an error message."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened read-only, unbuffered, refused with :class:`ScanError` unless it is a regular file.
+
+    ``O_NONBLOCK`` makes opening a FIFO return at once instead of waiting for a writer; ``fstat`` on the opened
+    descriptor then decides, so a file swapped for a pipe or device after an earlier ``stat`` is still caught.
+    Symlinks are followed: a link to a regular file is a regular file. ``OSError`` if it cannot be opened.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise ScanError(f"is {kind}, not a regular file")
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def own_location(real_path: str) -> str:
+    """The ``location`` that names the model file ``real_path`` itself: its basename, or, when that is not UTF-8
+    (a protobuf string must be), :data:`OWN_FILE_PREFIX` and the basename's percent-encoded bytes."""
+    name = os.path.basename(real_path)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return OWN_FILE_PREFIX + urllib.parse.quote(os.fsencode(name), safe="")
+    return name
+
+
+def resolve_location(base_dir: str, location: str | bytes) -> str:
+    """The real path of the external-data file ``location`` of a model in ``base_dir``, confined to that folder.
+
+    Refused with :class:`ScanError`, in this order and before the target is opened or measured: a location
+    that is not UTF-8 text (upb returns such a proto2 string as ``bytes``), an empty one, a NUL byte, an
+    absolute path or a Windows drive, any ``..`` component (``/`` or ``\\``), a path whose real path (symlinks
+    resolved) is not inside the real ``base_dir``, and a target that is not a regular file. Only the last two
+    look at the disk, and only inside the folder: nothing in a message tells the size or the existence of a
+    file outside it (onnx and onnxruntime refuse the same locations).
+    """
+    shown = repr(location)
+    if not isinstance(location, str):  # upb hands a proto2 string that is not UTF-8 over as bytes
+        raise ScanError(f"external data location {shown} is not UTF-8 text")
+    if location.startswith(OWN_FILE_PREFIX):
+        location = os.fsdecode(urllib.parse.unquote_to_bytes(location[len(OWN_FILE_PREFIX):]))
+    if not location:
+        raise ScanError("external data location is empty")
+    if "\0" in location:
+        raise ScanError(f"external data location {shown} contains a NUL byte")
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or _DRIVE.match(location):
+        raise ScanError(f"external data location {shown} is an absolute path, not relative to the model's folder")
+    if ".." in re.split(r"[/\\]", location):
+        raise ScanError(f"external data location {shown} has a '..' component; it must stay in the model's folder")
+    folder = os.path.realpath(base_dir)
+    target = os.path.realpath(os.path.join(folder, location))
+    try:
+        inside = os.path.commonpath([folder, target]) == folder
+    except ValueError:  # Windows: another drive
+        inside = False
+    if not inside:
+        raise ScanError(f"external data location {shown} resolves outside the model's folder")
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        raise ScanError(f"missing external data file {shown}") from None
+    except OSError as e:
+        raise ScanError(f"external data file {shown} cannot be read ({e.strerror or e})") from None
+    kind = file_kind(mode)
+    if kind is not None:
+        raise ScanError(f"external data location {shown} is {kind}, not a regular file")
+    return target
 
 
 class _Msg(enum.Enum):
@@ -343,18 +441,18 @@ def read_structure(path: str | os.PathLike[str], keep_bytes: int = 1024) -> byte
     """Serialized ModelProto of ``path`` with every tensor payload longer than ``keep_bytes`` left in the file.
 
     Stripped payloads become external-data references (see the module docstring) whose ``location`` is
-    the basename of ``os.path.realpath(path)``: resolve them against that real file's directory, since
+    :func:`own_location` of ``os.path.realpath(path)``: resolve them against that real file's directory, since
     onnx refuses external data reached through a symlink. Raises :class:`ScanError` for a file that is
-    not an ONNX model, and ``OSError`` if it cannot be opened.
+    not a regular file or not an ONNX model, and ``OSError`` if it cannot be opened.
     """
     if keep_bytes < 0:
         raise ValueError(f"keep_bytes must be >= 0, got {keep_bytes}")
     real = os.path.realpath(path)
-    with open(real, "rb", buffering=0) as f:
+    with open_regular(real) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise ScanError("empty file")
-        scanner = _Scanner(f, size, keep_bytes, os.path.basename(real))
+        scanner = _Scanner(f, size, keep_bytes, own_location(real))
         out = scanner.message(0, size, _Msg.MODEL, 0)
         scanner.check_model_shape()
     return bytes(out)
@@ -376,32 +474,49 @@ def read_external_payload(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray
     """The values of one tensor, fetching its payload from disk if it is stored externally.
 
     Handles this module's two encodings as well as ordinary external data (and embedded tensors, which
-    are simply converted). ``base_dir`` is the directory of the model's real path. Reads only this
-    tensor's bytes; the input proto is not modified.
+    are simply converted). ``base_dir`` is the directory of the model's real path; the file is found with
+    :func:`resolve_location` (confined to that folder) and opened with :func:`open_regular`, so a hostile
+    location never reaches outside the folder, a pipe or a device. Reads only this tensor's bytes; the input
+    proto is not modified. Raises :class:`ScanError` with one line naming the tensor.
     """
     if not onnx.external_data_helper.uses_external_data(tensor):
         return onnx.numpy_helper.to_array(tensor)
-    encodings = [e.value for e in tensor.external_data if e.key == ENCODING_KEY]
-    encoding = encodings[-1] if encodings else None
+    info = {e.key: e.value for e in tensor.external_data}  # the last value of a repeated key wins, as in onnx
+    encoding = info.get(ENCODING_KEY)
     if encoding not in (None, FIELDS_ENCODING):
         raise ScanError(f"tensor {tensor.name!r}: unknown external_data {ENCODING_KEY} {encoding!r}")
+    try:
+        offset = int(info.get("offset") or 0)
+        length = int(info["length"]) if info.get("length") else None
+    except ValueError:
+        raise ScanError(f"tensor {tensor.name!r}: external data offset/length is not a number") from None
+    if offset < 0 or (length is not None and length < 0):
+        raise ScanError(f"tensor {tensor.name!r}: negative external data offset/length")
+    try:
+        path = resolve_location(base_dir, info.get("location", ""))
+    except ScanError as e:
+        raise ScanError(f"tensor {tensor.name!r}: {e}") from None
+    try:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            end = size if length is None else offset + length
+            if end > size or offset > size:
+                raise ScanError(f"tensor {tensor.name!r}: external data needs bytes up to {end}, "
+                                f"its file has {size}")
+            f.seek(offset)
+            data = f.read(end - offset)
+    except OSError as e:
+        raise ScanError(f"tensor {tensor.name!r}: cannot read its external data ({e.strerror or e})") from None
     loaded = onnx.TensorProto()
     loaded.CopyFrom(tensor)
-    # onnx warns about keys it does not know; ours has been read already.
-    kept = [(e.key, e.value) for e in tensor.external_data if e.key != ENCODING_KEY]
-    del loaded.external_data[:]
-    for key, value in kept:
-        entry = loaded.external_data.add()
-        entry.key, entry.value = key, value
-    onnx.external_data_helper.load_external_data_for_tensor(loaded, base_dir)  # bytes land in raw_data
-    loaded.data_location = onnx.TensorProto.DEFAULT  # older onnx versions leave these set
+    loaded.data_location = onnx.TensorProto.DEFAULT
     del loaded.external_data[:]
     if encoding == FIELDS_ENCODING:
-        records = loaded.raw_data
-        loaded.ClearField("raw_data")
         try:
-            loaded.MergeFromString(records)  # the payload records fill float_data, int64_data, string_data...
+            loaded.MergeFromString(data)  # the payload records fill float_data, int64_data, string_data...
         except DecodeError as e:
             detail = " ".join(str(e).split()) or type(e).__name__
             raise ScanError(f"tensor {tensor.name!r}: external payload records do not parse ({detail})") from e
+    else:
+        loaded.raw_data = data  # the payload bytes, fixed-width little-endian exactly as raw_data holds them
     return onnx.numpy_helper.to_array(loaded)

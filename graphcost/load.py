@@ -4,11 +4,20 @@ Embedded weight payloads are skipped by the wire scanner (``_scan``) and replace
 references into the original file, so a 1.6 GB model costs a few MB to load; external-data files are
 never read, only checked to exist and be long enough. Bad input raises :class:`LoadError` with one
 line that names the file and the problem. The input file is opened read-only and never written.
+
+Files: the model path must be a regular file (a symlink to one is fine): a FIFO, socket, device or
+directory is refused after one ``stat`` and before any open, and the open itself is non-blocking with an
+``fstat`` re-check (``_scan.open_regular``). Every external-data ``location`` is confined to the model's
+folder by :func:`external_data_path` before the file is measured; other modules that follow locations use
+it (or :func:`external_files`) too. Paths in messages go through :func:`display_path`, so a file name that
+is not UTF-8 (a ``str`` with surrogate escapes on POSIX) or holds control characters prints as one line.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import onnx
@@ -16,9 +25,61 @@ import onnx
 from graphcost import _scan
 from graphcost.graph import Graph
 
+__all__ = ["LoadError", "Model", "display_path", "external_data_path", "external_files", "load", "opset_lookup"]
+
 
 class LoadError(Exception):
     """A model that cannot be read; the message is one line naming the file and the problem."""
+
+
+# C0 controls, DEL and C1 controls, bidi embeddings/overrides/isolates, line/paragraph separators, lone surrogates:
+# the characters graphcost.report.escape.terminal_text shows escaped, so a path reads the same in both places.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]")
+
+
+def display_path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
+    """``path`` as one printable line of valid text, for messages and reports.
+
+    A POSIX file name is bytes; Python hands the undecodable ones over as lone surrogates (``b"m\\xff"`` is
+    ``"m\\udcff"``), which no UTF-8 stream accepts. Those, and control or bidi characters, are written as
+    ``ascii()`` writes them (``\\udcff``, ``\\n``, ``\\x1b``, ``\\u202e``), so a name can neither fail an
+    encode, break a one-line error nor rewrite the terminal. For reading only: open files with ``path`` itself.
+    """
+    return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], os.fsdecode(path))
+
+
+def external_data_path(base_dir: str, location: str | bytes, *, model: str | None = None,
+                       tensor: str | None = None) -> str:
+    """The real path of external-data file ``location`` of a model whose real folder is ``base_dir``.
+
+    The one gate for external data (see ``_scan.resolve_location``): refused with a one-line
+    :class:`LoadError` are an empty location, a NUL byte, an absolute path or drive, a ``..`` component, a
+    path that resolves (symlinks followed) outside the folder, a missing file and anything but a regular
+    file, all before the target is opened or measured, and without a word about files outside the folder.
+    ``model`` and ``tensor`` only name the culprit in the message.
+    """
+    try:
+        return _scan.resolve_location(base_dir, location)
+    except _scan.ScanError as e:
+        where = f"{display_path(model)}: " if model is not None else ""
+        which = f" (tensor {tensor!r})" if tensor is not None else ""
+        raise LoadError(f"{where}{e}{which}") from None
+
+
+def external_files(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> list[str]:
+    """Real paths of the external-data files the model at ``path`` names, its own file excluded, sorted.
+
+    ``proto`` is that model's structure (``load(path).proto`` or ``_scan.load_structure(path)``); every
+    location passes :func:`external_data_path`, so the list never reaches outside the model's folder.
+    """
+    real = os.path.realpath(path)
+    base_dir, own = os.path.dirname(real), _scan.own_location(real)
+    out: set[str] = set()
+    for t, info in _external_refs(proto):
+        location = info.get("location", "")
+        if location != own:
+            out.add(external_data_path(base_dir, location, model=os.fspath(path), tensor=t.name))
+    return sorted(out)
 
 
 @dataclass(frozen=True)
@@ -73,23 +134,33 @@ def load(source: str | os.PathLike[str] | onnx.ModelProto | bytes) -> Model:
         return Model(_inline(proto, "<bytes>"), None, None)
 
     path = os.fspath(source)
-    if not os.path.exists(path):
-        raise LoadError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise LoadError(f"{path}: is a directory, not an ONNX file")
+    shown = display_path(path)
+    try:
+        mode = os.stat(path).st_mode  # follows symlinks: a link to a regular file is fine
+    except (FileNotFoundError, NotADirectoryError):
+        raise LoadError(f"{shown}: no such file") from None
+    except PermissionError:
+        raise LoadError(f"{shown}: permission denied") from None
+    except OSError as e:
+        raise LoadError(f"{shown}: cannot read ({e.strerror or e})") from None
+    except ValueError:  # an embedded NUL byte
+        raise LoadError(f"{shown}: not a valid file name (NUL byte)") from None
+    kind = _scan.file_kind(mode)
+    if kind is not None:  # a FIFO would block the open, a device never ends: refused before any open
+        raise LoadError(f"{shown}: is {kind}, not a regular ONNX file")
     if not os.access(path, os.R_OK):
-        raise LoadError(f"{path}: permission denied")
+        raise LoadError(f"{shown}: permission denied")
     real = os.path.realpath(path)
     base_dir = os.path.dirname(real)
     try:
         proto = _scan.load_structure(real)
     except _scan.ScanError as e:
-        raise LoadError(f"{path}: {_first_line(e)}") from None
+        raise LoadError(f"{shown}: {_first_line(e)}") from None
     except OSError as e:
-        raise LoadError(f"{path}: cannot read ({e.strerror or e})") from None
-    _check(proto, path)
-    _check_external(proto, path, base_dir, os.path.basename(real))
-    return Model(_inline(proto, path), path, base_dir)
+        raise LoadError(f"{shown}: cannot read ({e.strerror or e})") from None
+    _check(proto, shown)
+    _check_external(proto, shown, base_dir, _scan.own_location(real))
+    return Model(_inline(proto, shown), path, base_dir)
 
 
 def _first_line(e: BaseException) -> str:
@@ -109,12 +180,29 @@ def _check(proto: onnx.ModelProto, where: str) -> None:
         raise LoadError(f"{where}: ONNX graph is empty (no nodes, no outputs)")
 
 
-def _iter_tensors(graph: onnx.GraphProto):  # type: ignore[no-untyped-def]
+def _iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto a graph holds: initializers (sparse ones too) and node attributes, subgraphs included."""
     yield from graph.initializer
-    for node in graph.node:
+    for s in graph.sparse_initializer:
+        yield s.values
+        yield s.indices
+    yield from _node_tensors(graph.node)
+
+
+def _node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
+    for node in nodes:
         for a in node.attribute:
             if a.type == onnx.AttributeProto.TENSOR:
                 yield a.t
+            elif a.type == onnx.AttributeProto.TENSORS:
+                yield from a.tensors
+            elif a.type == onnx.AttributeProto.SPARSE_TENSOR:
+                yield a.sparse_tensor.values
+                yield a.sparse_tensor.indices
+            elif a.type == onnx.AttributeProto.SPARSE_TENSORS:
+                for st in a.sparse_tensors:
+                    yield st.values
+                    yield st.indices
             elif a.type == onnx.AttributeProto.GRAPH:
                 yield from _iter_tensors(a.g)
             elif a.type == onnx.AttributeProto.GRAPHS:
@@ -122,26 +210,39 @@ def _iter_tensors(graph: onnx.GraphProto):  # type: ignore[no-untyped-def]
                     yield from _iter_tensors(g)
 
 
-def _check_external(proto: onnx.ModelProto, path: str, base_dir: str, own_name: str) -> None:
-    """External data must exist and be long enough; it is never read."""
+def _external_refs(proto: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, dict[str, str]]]:
+    """Each externally stored tensor of the model (graph, local functions, training graphs) with its entries."""
+    tensors: list[Iterable[onnx.TensorProto]] = [_iter_tensors(proto.graph)]
+    tensors += [_node_tensors(f.node) for f in proto.functions]
+    tensors += [_iter_tensors(g) for ti in proto.training_info for g in (ti.initialization, ti.algorithm)]
+    for group in tensors:
+        for t in group:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                yield t, {e.key: e.value for e in t.external_data}
+
+
+def _check_external(proto: onnx.ModelProto, shown: str, base_dir: str, own_location: str) -> None:
+    """External data must stay in the model's folder, be regular files and be long enough; it is never read."""
     sizes: dict[str, int] = {}
-    for t in _iter_tensors(proto.graph):
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in t.external_data}
+    for t, info in _external_refs(proto):
         location = info.get("location", "")
         if not location:
-            raise LoadError(f"{path}: tensor {t.name!r} is external but names no file")
-        if location == own_name:
+            raise LoadError(f"{shown}: tensor {t.name!r} is external but names no file")
+        if location == own_location:
             continue  # a payload the scanner left in the model file itself
-        target = os.path.normpath(os.path.join(base_dir, location))
+        target = external_data_path(base_dir, location, model=shown, tensor=t.name)  # before any size is taken
         if target not in sizes:
-            if not os.path.isfile(target):
-                raise LoadError(f"{path}: missing external data file {location!r} (tensor {t.name!r})")
-            sizes[target] = os.path.getsize(target)
-        end = int(info.get("offset", "0") or 0) + int(info.get("length", "0") or 0)
+            try:
+                sizes[target] = os.stat(target).st_size
+            except OSError as e:
+                raise LoadError(f"{shown}: external data file {location!r} cannot be read "
+                                f"({e.strerror or e}) (tensor {t.name!r})") from None
+        try:
+            end = int(info.get("offset", "0") or 0) + int(info.get("length", "0") or 0)
+        except ValueError:
+            raise LoadError(f"{shown}: tensor {t.name!r}: external data offset/length is not a number") from None
         if "length" in info and end > sizes[target]:
-            raise LoadError(f"{path}: external data file {location!r} is truncated "
+            raise LoadError(f"{shown}: external data file {location!r} is truncated "
                             f"(tensor {t.name!r} needs bytes up to {end}, file has {sizes[target]})")
 
 
