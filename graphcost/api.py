@@ -1,4 +1,10 @@
-"""The pipeline as a short list of explicit calls: load → shapes → costs → roofline → report."""
+"""The pipeline as a short list of explicit calls: load → validate → shapes → costs → roofline → report.
+
+Each pass runs inside :func:`_stage`: an unexpected exception from it (a bug, or input no check foresaw)
+reaches the caller as one :class:`PassError` line naming the pass, and the node when the error knows it, chained
+to the original (``GRAPHCOST_DEBUG=1`` lets the original through untouched, for its traceback). A ValueError is
+already a sentence written for the user and passes through as it is.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from graphcost.passes.fusion import FusionSection, Policy, fuse, fusion_section
 from graphcost.passes.liveness import MemoryResult, TrainingOptions, liveness
 from graphcost.passes.roofline import applied_residency, roofline
 from graphcost.passes.shapes import infer_shapes
+from graphcost.passes.validate import InvalidModel, check_binding, raise_refusals, validate
 from graphcost.report.model import (
     Coverage,
     ModelInfo,
@@ -35,6 +42,44 @@ DEFAULT_DIM_VALUE = 1
 """Value used for a dim nobody bound, so numbers can be given; always stated with a warning."""
 
 ModelSource = str | os.PathLike[str] | bytes | Any
+
+
+class PassError(ValueError):
+    """An unexpected failure inside one pass, as one line: ``PASS: node 'X' (Op): problem`` (node when known)."""
+
+
+@contextlib.contextmanager
+def _stage(name: str, graph: Graph | None = None) -> Iterator[None]:
+    """Run one pass; turn an unexpected exception into a :class:`PassError` naming the pass (and node)."""
+    try:
+        yield
+    except ValueError:
+        raise  # the pass's own sentence for the user (InvalidModel, a bad --dim...), already one line
+    except Exception as e:
+        if os.environ.get("GRAPHCOST_DEBUG"):
+            raise
+        raise PassError(f"{name}: {_node_context(e, graph)}{_problem(e)}") from e
+
+
+def _node_context(e: BaseException, graph: Graph | None) -> str:
+    """``node 'X' (Op): `` when the exception names a node of the graph (an attribute or a KeyError's key)."""
+    name = getattr(e, "node", None)
+    if name is None and isinstance(e, KeyError) and e.args and isinstance(e.args[0], str):
+        name = e.args[0]
+    if not isinstance(name, str) or graph is None:
+        return ""
+    try:
+        node = graph.node(name)
+    except KeyError:
+        return ""
+    return f"node {node.name!r} ({node.op_type}): "
+
+
+def _problem(e: BaseException) -> str:
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else "no message"
+    return f"internal error ({type(e).__name__}: {first}); please report it with the model (GRAPHCOST_DEBUG=1 " \
+           "shows the traceback)"
 
 
 def _hardware(hardware: str | HardwareSpec | None) -> HardwareSpec:
@@ -122,29 +167,41 @@ def _analyze(
     if derate:
         hw = hw.derated(*derate) if isinstance(derate, tuple) else hw.derated()
     m = model if isinstance(model, Model) else load(model)
-    shapes = infer_shapes(m, input_shapes=input_shapes, dims=dims)
+    with _stage("validate"):
+        checked = validate(m)
+        raise_refusals(checked, m.path)
+    with _stage("shapes"):
+        shapes = infer_shapes(m, input_shapes=input_shapes, dims=dims)
     graph = shapes.graph
-    costs = count_costs(graph)
-    model_dims = all_dims(graph, costs)
+    with _stage("costs", graph):
+        costs = count_costs(graph)
+        model_dims = all_dims(graph, costs)
     bound = dict(dims or {})
     unknown_names = sorted(set(bound) - model_dims)
     if unknown_names:
         raise ValueError(f"--dim {unknown_names[0]}: the model has no dim of that name "
                          f"(its dims: {', '.join(sorted(model_dims)) or 'none, all shapes are static'})")
-    warnings = [Warning_(w.node, w.message) for w in shapes.warnings]
+    warnings = [Warning_(f.node, f.reason) for f in checked.warnings]
+    warnings.extend(Warning_(w.node, w.message) for w in shapes.warnings)
     defaulted = sorted(model_dims - set(bound))
     binding = {**{d: DEFAULT_DIM_VALUE for d in defaulted}, **bound}
+    if model_dims:
+        with _stage("validate", graph):
+            raise_refusals(check_binding(graph, binding), m.path)
     warnings.extend(_defaulted_warnings(defaulted, set(shapes.input_dims)))
     memory = None
     if options.memory:
-        memory = liveness(graph, binding, alignment=options.alignment, training=options.training)
+        with _stage("liveness", graph):
+            memory = liveness(graph, binding, alignment=options.alignment, training=options.training)
         warnings.extend(Warning_(None, f"memory: {w}") for w in memory.warnings)
-    residency = _residency(options, hw, graph, memory, warnings)
-    bounds = roofline(costs, hw, binding, graph=graph, capacity=options.capacity, residency=residency)
+    with _stage("roofline", graph):
+        residency = _residency(options, hw, graph, memory, warnings)
+        bounds = roofline(costs, hw, binding, graph=graph, capacity=options.capacity, residency=residency)
     warnings.extend(Warning_(w.node, w.message) for w in costs.warnings)
     formulas = {}
     if model_dims:
-        formulas = _formulas(count_costs(shapes.symbolic_graph) if shapes.symbolic_graph is not None else costs)
+        with _stage("costs", graph):
+            formulas = _formulas(count_costs(shapes.symbolic_graph) if shapes.symbolic_graph is not None else costs)
     t = bounds.totals
     totals = ReportTotals(
         flops=t.flops, macs=t.macs, bytes_read=t.bytes_read, bytes_written=t.bytes_written, bytes=t.bytes,
@@ -153,10 +210,12 @@ def _analyze(
         energy_floor_j=t.energy_floor_j, unknown_nodes=t.unknown_nodes, formulas=formulas)
     fusion = None
     if options.fusion:
-        fusion = fusion_section(fuse(graph, costs, options.fusion_policy), hw, binding)
+        with _stage("fusion", graph):
+            fusion = fusion_section(fuse(graph, costs, options.fusion_policy), hw, binding)
     batchnorm = None
     if options.batchnorm:
-        batchnorm = BatchNormSection.of(find_foldable(graph, costs), hw, binding)
+        with _stage("batchnorm", graph):
+            batchnorm = BatchNormSection.of(find_foldable(graph, costs), hw, binding)
     groups = _group_ids(fusion, costs)
     info = _InfoCache()
     nodes = tuple(
@@ -334,4 +393,4 @@ def _coverage(nodes: tuple[NodeReport, ...]) -> Coverage:
     return Coverage(len(top), with_rule, bytes_all, bytes_rule, dict(sorted(unknown.items())))
 
 
-__all__ = ["analyze", "load"]
+__all__ = ["InvalidModel", "PassError", "analyze", "load"]

@@ -15,7 +15,7 @@ them (:attr:`Graph.nx`) is built on first use, because importing networkx and bu
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from graphcost import _scan
 from graphcost._dims import Dim, Shape, parse_dim, symbol
 
 DEFAULT_DOMAIN = "ai.onnx"
@@ -363,10 +364,20 @@ class Graph:
         return self._nx
 
     def topological_order(self) -> list[str]:
-        """A topological order of the nodes (networkx's, which may differ from graph order)."""
+        """A topological order of the nodes (networkx's, which may differ from graph order).
+
+        Raises :class:`CycleError` naming the nodes of one cycle when there is none."""
         import networkx
 
-        return list(networkx.topological_sort(self.nx))
+        try:
+            return list(networkx.topological_sort(self.nx))
+        except networkx.NetworkXUnfeasible:
+            cycle = self.cycle()
+            raise CycleError(cycle or tuple(self._order[:1])) from None
+
+    def cycle(self) -> tuple[str, ...] | None:
+        """The nodes of one cycle, in data-flow order from the first in graph order; None when there is none."""
+        return find_cycle(self._order, self._pred)
 
     def children(self, node: str) -> list[tuple[str, Graph]]:
         """Subgraphs held by a node's attributes, as (attribute label, child graph)."""
@@ -407,6 +418,58 @@ class Graph:
         return tuple(self._initializers)
 
 
+class CycleError(ValueError):
+    """A graph whose data flow loops back on itself: it has no order to run in, so nothing can be counted."""
+
+    def __init__(self, nodes: tuple[str, ...]) -> None:
+        self.nodes = nodes
+        super().__init__(cycle_text(nodes))
+
+
+def cycle_text(nodes: Sequence[str]) -> str:
+    """``graph has a cycle through nodes 'A' → 'B' → 'A'`` (long cycles shortened in the middle)."""
+    shown = [repr(n) for n in nodes]
+    if len(shown) > 8:
+        shown = [*shown[:4], f"… {len(shown) - 6} more …", *shown[-2:]]
+    return f"graph has a cycle through nodes {' → '.join([*shown, repr(nodes[0])])}"
+
+
+def find_cycle(order: Sequence[str], preds: Mapping[str, Sequence[str]]) -> tuple[str, ...] | None:
+    """One cycle of the graph whose nodes are ``order`` and whose edges are ``preds`` (node → its producers).
+
+    Kahn's algorithm removes every node that is on no cycle; each node left has a producer that is left too,
+    so walking producers from the first one left must come back to a node already seen: that loop is a cycle.
+    Linear in nodes and edges, iterative (a 100k-node chain needs no recursion).
+    """
+    indegree = dict.fromkeys(order, 0)
+    succ: dict[str, list[str]] = {}
+    for name in order:
+        for p in preds.get(name, ()):
+            if p in indegree:
+                indegree[name] += 1
+                succ.setdefault(p, []).append(name)
+    ready = [n for n in order if not indegree[n]]
+    while ready:
+        for s in succ.get(ready.pop(), ()):
+            indegree[s] -= 1
+            if not indegree[s]:
+                ready.append(s)
+    left = {n for n, d in indegree.items() if d}
+    if not left:
+        return None
+    start = next(n for n in order if n in left)
+    path, seen = [start], {start: 0}
+    while True:
+        here = next(p for p in preds.get(path[-1], ()) if p in left)
+        if here in seen:
+            loop = path[seen[here]:][::-1]  # producers walked backwards: reverse for data-flow order
+            members = set(loop)
+            first = loop.index(next(n for n in order if n in members))  # start where the file does
+            return tuple(loop[first:] + loop[:first])
+        seen[here] = len(path)
+        path.append(here)
+
+
 def _constant_shape(proto: onnx.NodeProto) -> tuple[Shape | None, str | None]:
     for a in proto.attribute:
         if a.type == onnx.AttributeProto.TENSOR:
@@ -429,16 +492,16 @@ def _constant_shape(proto: onnx.NodeProto) -> tuple[Shape | None, str | None]:
 
 
 def _tensor_value(t: onnx.TensorProto, base_dir: str | None) -> np.ndarray | None:
+    """The tensor's values, or None when they cannot be had (no folder to read from, or an unreadable payload).
+
+    External payloads are read by ``_scan.read_external_payload``: it confines the location to the model's
+    folder, refuses pipes and devices, and decodes the scanner's own payload encoding.
+    """
     try:
         if t.data_location == onnx.TensorProto.EXTERNAL:
             if base_dir is None:
                 return None
-            from onnx.external_data_helper import load_external_data_for_tensor
-
-            copy = onnx.TensorProto()
-            copy.CopyFrom(t)
-            load_external_data_for_tensor(copy, base_dir)
-            return numpy_helper.to_array(copy)
+            return _scan.read_external_payload(t, base_dir)
         return numpy_helper.to_array(t)
     except Exception:
         return None

@@ -144,6 +144,11 @@ def parse_peak_flops(text: str) -> tuple[str, float]:
     return dtype, value
 
 
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
+
+
 def _suggest(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
     return f" (did you mean {', '.join(close)}?)" if close else ""
@@ -275,12 +280,21 @@ def _cache_levels(raw: object, where: str) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
+MAX_FILE_BYTES = 1 << 20
+"""A hardware file is a few dozen lines; anything past 1 MiB is refused unread (the catalog's largest is ~10 KiB)."""
+
+
 def _device_tables(text: str, origin: str) -> list[Mapping[str, Any]]:
-    """The device tables of a TOML document: ``[[device]]`` entries, or one device written at top level."""
+    """The device tables of a TOML document: ``[[device]]`` entries, or one device written at top level.
+
+    tomllib only parses (it never evaluates a value), but it recurses once per level of nested arrays and
+    inline tables: a file nested thousands deep exhausts Python's stack, which is an invalid file too."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise HardwareError(f"{origin}: invalid TOML: {err}") from None
+        raise HardwareError(f"{origin}: invalid TOML: {_first_line(err)}") from None
+    except RecursionError:
+        raise HardwareError(f"{origin}: invalid hardware file: arrays or tables nested too deeply") from None
     if "device" not in data:
         return [data]
     extra = sorted(set(data) - {"device"})
@@ -296,9 +310,17 @@ def load_file(path: str | Path) -> HardwareSpec:
     """A user's spec file: one device, same schema as the catalog (sources optional)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise HardwareError(f"{path}: cannot read hardware file: {err}") from None
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)  # never more than the cap, whatever the file's size
+    except OSError as err:
+        raise HardwareError(f"{path}: cannot read hardware file: {err.strerror or err}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise HardwareError(f"{path}: hardware file is larger than {MAX_FILE_BYTES // MIB} MiB; a spec is a few "
+                            "lines of TOML (see docs/hardware.md)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise HardwareError(f"{path}: hardware file is not UTF-8 text (byte {err.start}): not a TOML spec") from None
     tables = _device_tables(text, str(path))
     if len(tables) != 1:
         raise HardwareError(f"{path}: expected exactly one device, found {len(tables)}")

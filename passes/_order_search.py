@@ -383,6 +383,8 @@ def exact_order(p: Problem, max_states: int) -> list[int] | None:
         layer = nxt
     order: list[int] = []
     s = (1 << n) - 1
+    if s and s not in back:
+        return None  # no order runs every node: the data flow has a cycle (liveness refuses those first)
     while s:
         s, v = back[s]
         order.append(v)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from graphcost._dims import Dim, evaluate, simplify_dim
+from graphcost._dims import Dim, evaluate, simplify_dim, to_text
 from graphcost._sym import sympy
 from graphcost.graph import Graph, Node
 from graphcost.hardware.spec import HardwareSpec
@@ -665,12 +665,18 @@ class FusionSection:
 
 
 def _num(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
+    """The value of a count under ``binding``; ValueError, one line naming the dim or the formula, when the
+    binding leaves a dim out or the formula has no real value under it (``analyze`` binds every dim the
+    model's tensors use and refuses formulas without a value before this runs)."""
     if value is None:
         return None
     try:
         return evaluate(value, binding)
     except KeyError as e:
         raise ValueError(f"dim {e.args[0]!r} is not bound (pass it in the binding)") from None
+    except (TypeError, ValueError, ArithmeticError):  # sympy: "Cannot convert complex to float" (1/0 is zoo)
+        raise ValueError(f"count {to_text(value)!r} has no real value under the binding "
+                         "(it divides by zero or goes imaginary)") from None
 
 
 def _roof(compute: float | None, memory: float | None) -> float | None:

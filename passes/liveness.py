@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any
 
-from graphcost.graph import Graph, TensorKind
+from graphcost.graph import CycleError, Graph, TensorKind
 from graphcost.ops import Kind, lookup
 from graphcost.passes._order_search import (
     Problem,
@@ -374,6 +374,10 @@ def _liveness(graph: Graph, binding: Mapping[str, int], order: Sequence[str] | N
     sized = Sizes(binding)
     p = problem(graph, sized)
     n = len(p.nodes)
+    if not all(j < i for i, pr in enumerate(p.preds) for j in pr):  # graph order is not topological: a cycle?
+        cycle = graph.cycle()
+        if cycle is not None:
+            raise CycleError(cycle)  # no order runs every node, so no memory curve exists
     steps: Sequence[int] = range(n) if order is None else _check_order(p, order)
     in_graph_order = isinstance(steps, range) or steps == list(range(n))
     if in_graph_order:

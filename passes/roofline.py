@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from graphcost._dims import Dim, evaluate
+from graphcost._dims import Dim, evaluate, to_text
 from graphcost.graph import Graph, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.passes.costs import CostResult, NodeCost, tensor_bytes
@@ -76,9 +76,17 @@ class Bounds:
 
 
 def _num(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
+    """The value of a count under ``binding``; ValueError (one line naming the dim or the formula) when the
+    binding leaves a dim out or the formula has no real value under it."""
     if value is None:
         return None
-    return evaluate(value, binding)
+    try:
+        return evaluate(value, binding)
+    except KeyError as e:
+        raise ValueError(f"dim {e.args[0]!r} is not bound (roofline needs every dim of the counts)") from None
+    except (TypeError, ValueError, ArithmeticError):  # sympy: "Cannot convert complex to float" (1/0 is zoo)
+        raise ValueError(f"count {to_text(value)!r} has no real value under the binding "
+                         "(it divides by zero or goes imaginary)") from None
 
 
 def _onchip_bytes(graph: Graph | None, cost: NodeCost, binding: Mapping[str, int]) -> Number:
@@ -97,7 +105,7 @@ def _onchip_bytes(graph: Graph | None, cost: NodeCost, binding: Mapping[str, int
             continue
         b = tensor_bytes(t)
         if b is not None:
-            total += evaluate(b, binding)
+            total += _num(b, binding) or 0
     return total
 
 

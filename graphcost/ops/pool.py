@@ -5,7 +5,9 @@ pool's FLOPs are ``output elements × kernel window``. Counting one op per windo
 ``window − 1``) treats the accumulator as starting from the identity (0 or −inf), which is how
 kernels run. Padding and dilation do not change the count: the window has ``∏kernel_shape`` taps.
 AveragePool's ``count_include_pad`` changes only the divisor, never the number of adds, so it is not
-read here. Global pools reduce every input element once.
+read here. Global pools reduce every input element once. A windowed pool whose kernel_shape, strides,
+dilations or pads the spec forbids (a stride of 0, a negative pad) has an unknown cost naming the attribute
+(``_window.py``), never the number its declared output shape would give.
 
 RoI pools sample the input with bilinear interpolation (RoiAlign) or take maxima over RoI bins
 (MaxRoiPool). Interpolation is a weighted sum, so its taps are counted as MACs (``FLOPS_PER_MAC``
@@ -20,6 +22,7 @@ import numpy as np
 
 from graphcost._dims import Dim, prod
 from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Unknown, Work, register_free, rule
+from graphcost.ops._window import invalid_window
 
 BILINEAR_TAPS = 4
 """A 2-D bilinear sample reads 4 neighbours and weights each: 4 MACs."""
@@ -34,13 +37,19 @@ def window_size(n: NodeView) -> Dim:
 
 
 @rule("MaxPool", kind=Kind.REDUCTION)
-def max_pool(n: NodeView) -> Work:
+def max_pool(n: NodeView) -> Work | Unknown:
     """One compare per window element per output; the optional Indices output is bookkeeping, no arithmetic."""
+    invalid = invalid_window(n)
+    if invalid is not None:
+        return invalid
     return Work(flops=n.out_numel(0) * window_size(n))  # compares: output elements × window
 
 
 @rule("AveragePool", kind=Kind.REDUCTION)
-def average_pool(n: NodeView) -> Work:
+def average_pool(n: NodeView) -> Work | Unknown:
+    invalid = invalid_window(n)
+    if invalid is not None:
+        return invalid
     out = n.out_numel(0)
     adds = out * window_size(n)  # one add per window element per output
     divides = out  # one divide per output (by the window size or the count of unpadded taps)
@@ -48,8 +57,11 @@ def average_pool(n: NodeView) -> Work:
 
 
 @rule("LpPool", kind=Kind.REDUCTION)
-def lp_pool(n: NodeView) -> Work:
+def lp_pool(n: NodeView) -> Work | Unknown:
     """(Σ|x|^p)^(1/p): |x|^p and an add per window element, one root per output."""
+    invalid = invalid_window(n)
+    if invalid is not None:
+        return invalid
     out = n.out_numel(0)
     per_tap = 2 * out * window_size(n)  # |x|^p (one power, counted 1 like Pow) + one add, per window element
     roots = out  # ^(1/p) once per output

@@ -1,0 +1,248 @@
+"""Structural validation: models that parse but cannot be costed honestly are refused or flagged, first.
+
+ONNX's checker is not run on input (it is slow on big models and rejects some files exporters really write),
+so without this pass a model whose data flow loops, or whose tensor two nodes both write, would reach the cost
+passes and come back either as a crash deep inside one (``KeyError: 7``) or as a number that means nothing.
+Each check is a finding with a human reason and the node it is about, one of two severities:
+
+* **refuse** (the numbers would be ambiguous or undefined; :func:`raise_refusals` raises :class:`InvalidModel`):
+  a cycle in the data flow (there is no order to run the nodes in); a tensor written by two nodes, or by a node
+  and also a graph input or initializer (which one a reader sees is undefined, so its bytes and its readers'
+  shapes are too).
+* **warn** (the numbers stand, with the caveat said): two nodes with one name (the report tells them apart as
+  ``name``, ``name_2``…); a graph output that no node produces and no input or initializer provides (it is not
+  counted anywhere); an opset newer than the installed onnx knows (op semantics are taken from the newest it does).
+
+:func:`check_binding` runs once the dims are bound: a dim whose formula has no whole-number value under the
+binding (``(n - 3)**0.5`` at n = 1 is imaginary) is refused, naming the tensor, instead of failing inside a pass.
+
+Attribute checks that make one node's cost meaningless (Conv strides 0, group 0, negative pads...) are not here:
+they live in the op's cost rule (``graphcost/ops/_window.py``), which reports that node's cost as unknown with
+the reason, so the rest of the model is still counted.
+
+The scan reads the proto directly (no :class:`Graph` is built, so it costs one loop over the nodes) and names
+nodes the way :class:`Graph` does: a node without a name is ``<op_type>_<index>``, a repeated name gets ``_2``...,
+and a subgraph's nodes are prefixed ``<node>/<attribute>/``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from graphcost._dims import Dim, evaluate, free_names, to_text
+from graphcost.graph import Graph, cycle_text, find_cycle
+from graphcost.load import Model
+
+
+class Severity(str, enum.Enum):
+    REFUSE = "refuse"  # no honest number exists: the analysis stops with the reason
+    WARN = "warn"  # the numbers stand; the report carries the caveat
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem of the model: who (``node``, or None for the whole graph) and why, in a sentence."""
+
+    severity: Severity
+    node: str | None
+    op_type: str | None
+    reason: str
+
+    def text(self) -> str:
+        """``node 'A' (Add): reason``, or the reason alone for a graph-level finding."""
+        if self.node is None:
+            return self.reason
+        op = f" ({self.op_type})" if self.op_type else ""
+        return f"node {self.node!r}{op}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The findings of a validation, in the order found (graph order, outer graph first)."""
+
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def refusals(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity is Severity.REFUSE)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity is Severity.WARN)
+
+    def __add__(self, other: Validation) -> Validation:
+        return Validation(self.findings + other.findings)
+
+
+class InvalidModel(ValueError):
+    """A model the analysis refuses; the message is one line naming the node and the problem.
+
+    ``path`` is the model file (None for bytes or an in-memory proto); the command line prefixes it."""
+
+    def __init__(self, finding: Finding, path: str | None = None, more: int = 0) -> None:
+        self.finding = finding
+        self.path = path
+        also = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+        super().__init__(f"invalid model: {finding.text()}{also}")
+
+
+def raise_refusals(result: Validation, path: str | None = None) -> None:
+    """Raise :class:`InvalidModel` for the first refusal, if there is one."""
+    refusals = result.refusals
+    if refusals:
+        raise InvalidModel(refusals[0], path, len(refusals) - 1)
+
+
+# --------------------------------------------------------------------------------------------- structure
+def validate(model: Model) -> Validation:
+    """The structural findings of ``model``: its main graph, every subgraph, and its opsets."""
+    findings = list(_opset_findings(model.opsets))
+    _graph_findings(model.proto.graph, "", frozenset(), findings)
+    return Validation(tuple(findings))
+
+
+def _opset_findings(opsets: Mapping[str, int]) -> Iterator[Finding]:
+    known = onnx.defs.onnx_opset_version()
+    version = opsets.get("ai.onnx")
+    if version is not None and version > known:
+        yield Finding(Severity.WARN, None, None,
+                      f"opset {version} is newer than this graphcost's onnx knows ({known}); "
+                      f"op semantics are taken from opset {known}")
+
+
+_SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+def _graph_findings(graph: onnx.GraphProto, prefix: str, outer: frozenset[str], findings: list[Finding]) -> None:
+    """Findings of one graph, then of its subgraphs (which may read ``outer``: the enclosing graphs' values).
+
+    One loop over the nodes reads each proto field once (protobuf field access is what this pass costs);
+    the cycle search runs only when some node reads a tensor that a later node writes."""
+    input_names = {vi.name for vi in graph.input}
+    provided = input_names | {t.name for t in graph.initializer} | {sp.values.name for sp in graph.sparse_initializer}
+    names: list[str] = []
+    ops: list[str] = []
+    reads: list[Any] = []
+    producer: dict[str, int] = {}  # tensor → index of the first node writing it
+    used: set[str] = set()  # the names Graph gives: unnamed ``<op>_<index>``, repeats ``_2``, ``_3``...
+    holders: list[tuple[int, onnx.NodeProto]] = []
+    for index, proto in enumerate(graph.node):
+        op, raw = proto.op_type, proto.name
+        name = base = raw or f"{op}_{index}"
+        k = 1
+        while name in used:
+            k += 1
+            name = f"{base}_{k}"
+        used.add(name)
+        name = prefix + name
+        names.append(name)
+        ops.append(op)
+        reads.append(proto.input)
+        if raw and name != prefix + raw:
+            findings.append(Finding(Severity.WARN, name, op,
+                                    f"an earlier node is also named {raw!r}; this one is reported as {name!r}"))
+        outs = proto.output
+        mine: set[str] | None = set() if len(outs) > 1 else None
+        for t in outs:
+            if not t:
+                continue
+            if mine is not None:
+                if t in mine:
+                    findings.append(_twice(name, op, t, "it writes twice"))
+                    continue
+                mine.add(t)
+            first = producer.setdefault(t, index)
+            if first != index:
+                findings.append(_twice(name, op, t, f"node {names[first]!r} also writes"))
+            elif t in provided:
+                findings.append(_twice(name, op, t, "a graph input" if t in input_names else "an initializer",
+                                       also=True))
+        for attr in proto.attribute:
+            if attr.type in _SUBGRAPH_TYPES:
+                holders.append((index, proto))
+                break
+    if any(producer.get(t, -1) >= i for i, ins in enumerate(reads) for t in ins):  # file order is not topological
+        preds = {names[i]: [names[producer[t]] for t in ins if t in producer] for i, ins in enumerate(reads)}
+        cycle = find_cycle(names, preds)
+        if cycle is not None:
+            first = names.index(cycle[0])
+            findings.append(Finding(Severity.REFUSE, cycle[0], ops[first], cycle_text(cycle)))
+    scope = outer | provided | producer.keys()
+    for vi in graph.output:
+        if vi.name and vi.name not in scope:
+            where = f"subgraph {prefix.rstrip('/')} " if prefix else ""
+            findings.append(Finding(Severity.WARN, None, None,
+                                    f"{where}output {vi.name!r} is produced by no node and is no input or "
+                                    "initializer; it is not counted"))
+    for index, proto in holders:
+        for attr in proto.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else (
+                list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else [])
+            for j, sub in enumerate(subs):
+                label = attr.name if len(subs) == 1 else f"{attr.name}[{j}]"
+                _graph_findings(sub, f"{names[index]}/{label}/", frozenset(scope), findings)
+
+
+def _twice(name: str, op: str, tensor: str, other: str, *, also: bool = False) -> Finding:
+    which = f"which is also {other}" if also else f"which {other}"
+    return Finding(Severity.REFUSE, name, op, f"writes tensor {tensor!r}, {which}; which value its readers see "
+                                              "is undefined, so their costs would be too")
+
+
+# --------------------------------------------------------------------------------------------- binding
+def check_binding(graph: Graph, binding: Mapping[str, int]) -> Validation:
+    """Every symbolic dim of every tensor must be a whole number ≥ 0 under ``binding``.
+
+    A dim is a formula the model file wrote (``floor(H/2)``, ``batch*seq``); one that comes out imaginary,
+    fractional or negative is not a size, and every pass that sizes the tensor would fail on it. Each distinct
+    formula is evaluated once, so a big graph with a handful of dims costs a handful of evaluations.
+    """
+    findings: list[Finding] = []
+    checked: dict[Dim, str | None] = {}
+    for g in _walk(graph):
+        for t in g.tensors().values():
+            if t.shape is None:
+                continue
+            for d in t.shape:
+                if isinstance(d, int):
+                    continue
+                if d in checked:
+                    continue  # each bad formula is reported once, at the first tensor that has it
+                problem = checked[d] = _dim_problem(d, binding)
+                if problem is not None:
+                    node = g.producer(t.name)
+                    what = "graph input" if t.name in g.input_names else "tensor"
+                    findings.append(Finding(
+                        Severity.REFUSE, None if node is None else node.name, None if node is None else node.op_type,
+                        f"{what} {g.prefix + t.name!r} has dim {to_text(d)!r}, which {problem}"))
+    return Validation(tuple(findings))
+
+
+def _dim_problem(d: Dim, binding: Mapping[str, int]) -> str | None:
+    shown = ", ".join(f"{k}={binding[k]}" for k in sorted(free_names(d)) if k in binding)
+    under = f" under {shown}" if shown else ""
+    try:
+        value = evaluate(d, binding)
+    except KeyError as e:
+        return f"needs dim {e.args[0]!r}, which is not bound"
+    except (TypeError, ValueError, ArithmeticError):  # sympy: "Cannot convert complex to float" (1/0 is zoo)
+        return f"has no real value{under} (it divides by zero or goes imaginary)"
+    if not math.isfinite(value) or value < 0 or value != int(value):  # NaN or infinite, negative, fractional
+        return f"is {value:g}{under}, not a whole number ≥ 0"
+    return None
+
+
+def _walk(graph: Graph) -> Iterable[Graph]:
+    yield graph
+    for node in graph.nodes():
+        for _, child in graph.children(node.name):
+            yield from _walk(child)
+
+
+__all__ = ["Finding", "InvalidModel", "Severity", "Validation", "check_binding", "raise_refusals", "validate"]
