@@ -67,6 +67,34 @@ def register(subparsers: Any, hardware_flags: Any) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N", help="models in each top list of the summary")
 
 
+def _check_out(out: str, paths: list[str], hardware: str | None) -> None:
+    """No file the audit writes in OUT (results.jsonl is appended to and truncated) may be an audited model or the
+    --hardware file, under any name (symlink, hard link, ``..``); OUT itself may not be one of them either.
+
+    The external-data files of the models are not known here (they are probed in isolated workers, since a
+    hostile model may crash the scanner); a row file that is a hard link or symlink is refused outright instead.
+    """
+    from graphcost._outpath import guard, hardware_input
+    from graphcost.audit.find import find_models
+    from graphcost.audit.store import LOCK, RESULTS, SUMMARY_CSV, SUMMARY_HTML, SUMMARY_JSON, TIMINGS
+    from graphcost.cli import CliError
+
+    try:
+        models = find_models(paths)
+    except FileNotFoundError:
+        return  # run_audit names the missing path
+    protected = {**{m: f"the audited model {m}" for m in models}, **hardware_input(hardware)}
+    if os.path.lexists(out) and not os.path.isdir(out):
+        guard(out, protected, flag="--out")
+        raise CliError(f"--out {out}: is a file, not a folder")
+    for name in (RESULTS, TIMINGS, SUMMARY_CSV, SUMMARY_JSON, SUMMARY_HTML, LOCK):
+        path = os.path.join(out, name)
+        guard(path, protected, flag="--out")
+        if name in (RESULTS, TIMINGS) and os.path.lexists(path) and (
+                os.path.islink(path) or os.stat(path).st_nlink > 1):
+            raise CliError(f"--out {path}: is a symlink or hard link; refusing to append to it")
+
+
 def run(args: argparse.Namespace) -> int:
     from graphcost.audit import AuditError, AuditOptions, run_audit
     from graphcost.audit.summary import render_text
@@ -86,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         memory = parse_size(args.memory_limit)
     except ValueError as e:
         raise CliError(str(e)) from None
+    _check_out(args.out, args.paths, args.hardware)
     opts = AuditOptions(
         paths=args.paths, out_dir=args.out, hardware=spec_to_dict(resolve_hardware(args)),
         dims=parse_dims(args.dim), capacity=not args.no_capacity, jobs=jobs, timeout_s=args.timeout or None,

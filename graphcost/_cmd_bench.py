@@ -84,6 +84,11 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
                        "model)")
     if not args.model.startswith("ref:") and not Path(args.model).is_file():
         raise CliError(f"{args.model}: no such file")  # before measuring roofs or exporting anything
+    if args.output:  # before anything runs: never over the model, its weights or the --hardware file
+        from graphcost._outpath import guard, hardware_input, protected_paths
+
+        model = None if args.model.startswith("ref:") else args.model
+        guard(args.output, lambda: {**(protected_paths(model) if model else {}), **hardware_input(args.hardware)})
     if gap and args.hardware is None and not args.peak_flops and args.memory_bandwidth is None:
         args.hardware = "measured"  # a measurement on this machine is bounded by its measured roofs
     with tempfile.TemporaryDirectory(prefix="graphcost-bench-") as tmp:

@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     batches = tuple(args.batch) or (DENSE_BATCHES if args.model == "dense" else (1, 16))
     if any(b < 1 for b in batches) or args.features < 1 or args.seq < 1 or args.repeats < 1:
         raise CliError("--batch, --features, --seq and --repeats must be ≥ 1")
+    from graphcost._outpath import guard, hardware_input
+
+    guard(args.output, hardware_input(args.hardware))  # before anything is timed
     if args.hardware is None and not args.peak_flops and args.memory_bandwidth is None:
         args.hardware = "measured"  # the rows run on this machine: bound them by its measured roofs
     hw = resolve_hardware(args)

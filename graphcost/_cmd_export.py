@@ -207,15 +207,31 @@ def _input_paths(source: str) -> list[Path]:
     return [Path(file_part)] if file_part and Path(file_part).exists() else []
 
 
+def _protected(source: str) -> dict[str, str]:
+    """The files SOURCE reads: a FILE.py, or every file of a SavedModel directory (its variables too)."""
+    out: dict[str, str] = {}
+    for src in _input_paths(source):
+        if src.is_dir():
+            for root, _, files in os.walk(src):
+                out.update({os.path.join(root, f): f"the input SavedModel's file {f!r}" for f in files})
+        else:
+            out[str(src)] = "the input"
+    return out
+
+
 def _check_output(source: str, output: str) -> Path:
+    from graphcost._outpath import OutputPathError, check_output
+
     out = Path(output)
     if out.is_dir():
         raise _error(f"-o {output}: is a directory; give the .onnx file to write")
     for src in _input_paths(source):
-        if out.resolve() == src.resolve() or (out.exists() and os.path.samefile(out, src)):
-            raise _error(f"-o {output}: refusing to overwrite the input")
         if src.is_dir() and out.resolve().is_relative_to(src.resolve()):
             raise _error(f"-o {output}: refusing to write inside the input SavedModel")
+    try:  # the source file under any name (symlink, hard link, ..), a SavedModel's files, a FIFO or device
+        check_output(output, _protected(source), flag="-o")
+    except OutputPathError as e:
+        raise _error(str(e)) from None
     if not out.parent.is_dir():
         raise _error(f"-o {output}: folder {out.parent} does not exist")
     return out

@@ -7,6 +7,7 @@ Exit codes: 0 folded (or nothing to fold) and written; 1 verification failed, no
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,22 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
     hardware_flags(p)
 
 
+def _check_output(model: str, output: str, hardware: str | None) -> None:
+    """Neither OUT nor the weights file written beside it (``OUT.data``) may be an input or a file it names.
+
+    ``fold_model`` refuses the model itself; the CLI also refuses its external-data files (``-o weights.bin``
+    would replace them with the folded model), through any symlink, hard link or ``..``.
+    """
+    from graphcost._outpath import guard, hardware_input, protected_paths
+
+    if not os.path.isfile(model):
+        return  # fold_model says why, in its own words
+    protected = protected_paths(model)
+    guard(output, {**protected, **hardware_input(hardware)}, flag="-o")
+    if len(protected) > 1:  # external data: fold_model writes the folded weights to OUT.data
+        guard(output + ".data", protected, flag=f"-o {output}: its data file")
+
+
 def run(args: argparse.Namespace) -> int:
     from graphcost.cli import CliError, parse_dims, resolve_hardware
     from graphcost.fold import FoldError, FoldMismatch, fold_model
@@ -42,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--rtol", args.rtol), ("--atol", args.atol)):
         if not value >= 0:
             raise CliError(f"{flag} {value}: must be ≥ 0")
+    _check_output(args.model, args.output, args.hardware)
     hw = resolve_hardware(args)
     try:
         result = fold_model(args.model, args.output, dims=dims, rtol=args.rtol, atol=args.atol, seed=args.seed)

@@ -42,24 +42,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_spec(spec: Any, output: str) -> None:
-    from graphcost.cli import CliError
+    from graphcost.cli import CliError, write_output
     from graphcost.hardware import catalog
 
     path = Path(output)
-    try:
-        path.write_text(catalog.to_toml(spec), encoding="utf-8")
-    except OSError as e:
-        raise CliError(f"--output {output}: cannot write ({e.strerror or e})") from None
+    write_output(output, catalog.to_toml(spec))  # atomic: a failed write leaves the old spec whole
     try:
         catalog.load_file(path)  # what we write must read back
     except catalog.HardwareError as e:
         raise CliError(f"--output {output}: the written spec does not read back ({e})") from None
 
 
+def _guard(output: str | None) -> None:
+    """``-o`` must be a plain file (not a directory, FIFO or device); these commands read no input file."""
+    from graphcost._outpath import guard
+
+    guard(output)
+
+
 def _detect(args: argparse.Namespace) -> int:
     from graphcost.hardware import catalog
     from graphcost.hardware.detect import detect
 
+    _guard(args.output)
     found = detect()
     if args.output:
         _write_spec(found.spec, args.output)
@@ -117,8 +122,7 @@ def _measure(args: argparse.Namespace) -> int:
 
     if args.threads is not None and args.threads < 1:
         raise CliError(f"--threads {args.threads}: must be ≥ 1")
-    if args.output and Path(args.output).is_dir():
-        raise CliError(f"--output {args.output}: is a directory")
+    _guard(args.output)  # before a minute of measuring
 
     def progress(message: str) -> None:
         print(f"  {message}", file=sys.stderr, flush=True)
