@@ -3,6 +3,8 @@
 Without ``--against`` it prints the groups of the policy (default ``ideal``) with their bytes and times and
 the boundaries by reason. With ``--against ort`` it also runs onnxruntime's graph optimizer on the file and
 prints, group by group, ORT's kernels, bytes ideal vs ORT, and the bytes and µs ORT leaves on the table.
+The text passes ``terminal_text`` (``report/escape.py``): names are escaped before they are cut to a column,
+and every line again on the way out, so no control character from the model reaches the terminal.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from graphcost.report.escape import terminal_text
 
 NAME = "fusion"
 
@@ -115,8 +119,9 @@ def _binding(graph: Any, costs: Any, dims: Mapping[str, int]) -> tuple[dict[str,
 
 # --------------------------------------------------------------------------- text
 def _short(name: str, limit: int = 26) -> str:
-    """As many trailing path segments of a node name as fit (``h.0/mlp/c_fc/Gemm``)."""
-    parts = name.lstrip("/").split("/")
+    """As many trailing path segments of a node name as fit (``h.0/mlp/c_fc/Gemm``), control characters
+    shown as escapes (``report/escape.py``) before the width is measured."""
+    parts = terminal_text(name).lstrip("/").split("/")
     out = parts[-1]
     for p in reversed(parts[:-1]):
         if len(p) + 1 + len(out) > limit:
@@ -131,6 +136,7 @@ def _label(nodes: tuple[str, ...], infos: Mapping[str, Any]) -> str:
 
 
 def _cell(text: str, width: int) -> str:
+    text = terminal_text(text)
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
@@ -171,7 +177,7 @@ def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: l
                   f"saved {seconds(t.time_saved_s)}"]
         if t.unknown_groups:
             lines.append(f"  {t.unknown_groups} group(s) have unknown counts and are left out of the byte totals")
-        return "\n".join(lines) + "\n"
+        return _joined(lines)
 
     c = comparison
     ct = c.totals
@@ -212,7 +218,12 @@ def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: l
               f"boundary, {len(folded)} it folded away; {c.ort_kernels} ORT kernels"]
     if c.overlaps:
         lines.append(f"  note: {len(c.overlaps)} source node(s) mapped to two ORT kernels (kept in the first)")
-    return "\n".join(lines) + "\n"
+    return _joined(lines)
+
+
+def _joined(lines: list[str]) -> str:
+    """One output line per entry: a newline or ESC inside a name is shown as an escape, never acted on."""
+    return "\n".join(terminal_text(line) for line in lines) + "\n"
 
 
 def _kernels(kernels: Any) -> list[Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import stat
 import sys
 from collections.abc import Sequence
 
@@ -199,9 +200,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     if args.top < 0:
         raise CliError("--top must be ≥ 0")
-    if args.output and os.path.exists(args.output) and os.path.exists(args.model) \
-            and os.path.samefile(args.output, args.model):
-        raise CliError(f"--output {args.output}: refusing to overwrite the input model")
+    if args.output:  # before anything runs: never over the model, its weights or the --hardware file
+        from graphcost._outpath import guard, hardware_input, protected_paths
+
+        guard(args.output, lambda: {**protected_paths(args.model), **hardware_input(args.hardware)})
     hw = _resolve_hardware(args)
     if args.alignment <= 0:
         raise CliError("--alignment must be a positive number of bytes")
@@ -236,15 +238,56 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def write_output(output: str | None, text: str) -> None:
-    """A report to ``--output FILE`` (one-line error when it cannot be written) or to stdout."""
-    if output:
+    """A report to ``--output FILE`` (one-line error when it cannot be written) or to stdout.
+
+    The file is written atomically: a temporary file beside the target (the symlink's target when FILE is a
+    symlink), then ``os.replace``, so a failed run never leaves a truncated report, a hard link to FILE keeps its
+    old content, and a FIFO is refused rather than opened (a character device such as /dev/null is written in
+    place). Callers check FILE against their inputs first (``graphcost._outpath.guard``), before they run
+    anything.
+    """
+    if not output:
+        sys.stdout.write(text)
+        return
+    import tempfile
+
+    from graphcost._outpath import guard
+
+    guard(output)  # a directory, FIFO, block device or socket: refused here too, whatever the caller checked
+    target = os.path.realpath(output)
+    try:
+        st = os.stat(target)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISCHR(st.st_mode):  # -o /dev/null, a terminal: written in place, never replaced
         try:
-            with open(output, "w", encoding="utf-8") as f:
+            with open(target, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:
             raise CliError(f"--output {output}: cannot write ({e.strerror or e})") from None
-    else:
-        sys.stdout.write(text)
+        return
+    mode = st.st_mode & 0o7777 if st is not None else 0o666 & ~_umask()  # an existing report keeps its mode
+    tmp = ""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
+                                   dir=os.path.dirname(target))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as e:
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise CliError(f"--output {output}: cannot write ({e.strerror or e})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
@@ -278,11 +321,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    from graphcost.report.escape import terminal_text  # error lines quote paths and names: no raw ESC, CR, LF
+
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # argparse would name the top-level parser; point at the subcommand's help instead
         where = " ".join(x for x in ("graphcost", args.command, getattr(args, "hw_command", None)) if x)
-        print(f"graphcost: unrecognized arguments: {' '.join(extra)} (see {where} --help)", file=sys.stderr)
+        print(terminal_text(f"graphcost: unrecognized arguments: {' '.join(extra)} (see {where} --help)"),
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.version:
         from graphcost import __version__
@@ -305,7 +351,7 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     except CliError as e:
-        print(f"graphcost: {e}", file=sys.stderr)
+        print(f"graphcost: {terminal_text(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("graphcost: interrupted", file=sys.stderr)
@@ -318,7 +364,7 @@ def _main(argv: Sequence[str] | None) -> int:
         target = getattr(args, "model", None)
         where = f"{target}: " if target else ""
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"graphcost: {where}cannot analyze ({type(e).__name__}: {msg})", file=sys.stderr)
+        print(terminal_text(f"graphcost: {where}cannot analyze ({type(e).__name__}: {msg})"), file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

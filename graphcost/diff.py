@@ -10,6 +10,9 @@ Node matching, top-level nodes only, each node matched at most once::
 
 A matched pair is *changed* when its op type, shapes, FLOPs, bytes or bound time differ. Totals,
 op counts, parameters and graph inputs/outputs are compared whatever the matching found.
+
+The text rendering holds one line per list entry and passes each through ``terminal_text``
+(``report/escape.py``), so a name carrying a newline or ESC shows as escapes on its own line.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphcost.report.escape import terminal_text
 from graphcost.report.model import NodeReport, Report
 
 DIFF_SCHEMA = "graphcost.diff/1"
@@ -280,16 +284,17 @@ def render_text(d: ModelDiff, top: int = 20) -> str:
     for c in (*d.totals, *d.parameters):
         lines.append(f"{c.name:<22}{_num(c.a, c.name):>14}{_num(c.b, c.name):>14}  {_delta(c)}")
     if d.op_counts:
-        lines.append("\nop counts that changed:")
+        lines += ["", "op counts that changed:"]
         lines.extend(f"  {c.name:<28}{c.a:>6} → {c.b:<6} {c.b - c.a:+d}" for c in d.op_counts)  # type: ignore[operator]
     for which, io in (("inputs", d.inputs), ("outputs", d.outputs)):
         if any(io.values()):
-            lines.append(f"\ngraph {which}:")
+            lines += ["", f"graph {which}:"]
             lines.extend(f"  + {n}" for n in io["added"])
             lines.extend(f"  - {n}" for n in io["removed"])
             lines.extend(f"  ~ {c['name']}: {c['a']['dtype']}{c['a']['shape']} → {c['b']['dtype']}{c['b']['shape']}"
                          for c in io["changed"])
-    lines.append(f"\nnodes: {d.matched} matched ({d.matched_by_name} by name, {d.matched - d.matched_by_name} by "
+    lines.append("")
+    lines.append(f"nodes: {d.matched} matched ({d.matched_by_name} by name, {d.matched - d.matched_by_name} by "
                  f"op and shapes), {len(d.changed)} changed, {len(d.added)} added, {len(d.removed)} removed")
     for p in d.changed[:top]:
         name = p.a if p.a == p.b else f"{p.a} → {p.b}"
@@ -303,5 +308,5 @@ def render_text(d: ModelDiff, top: int = 20) -> str:
     if len(d.changed) > top:
         lines.append(f"  ~ … {len(d.changed) - top} more changed (--format json lists all)")
     for side, names in d.dims_ignored.items():
-        lines.append(f"\nnote: model {side.upper()} has no dim {', '.join(names)}; left unbound there")
-    return "\n".join(lines) + "\n"
+        lines += ["", f"note: model {side.upper()} has no dim {', '.join(names)}; left unbound there"]
+    return "\n".join(terminal_text(line) for line in lines) + "\n"

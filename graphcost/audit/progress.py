@@ -3,6 +3,9 @@
 Both write to stderr, so stdout carries only the summary and pipes stay clean. The bar refreshes when a
 model finishes, not from a thread of its own: the local backend forks its workers from this process,
 which must have no other threads when it does.
+
+A file name or reason is shown through ``terminal_text`` (``report/escape.py``): a newline, CR or ESC in a
+file name is printed as an escape, so it can neither split a progress line nor overwrite or restyle one.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import sys
 import time
 from collections.abc import Mapping
 from typing import IO, Any
+
+from graphcost.report.escape import terminal_text
 
 
 class Progress:
@@ -60,9 +65,9 @@ class Progress:
 
     def note(self, text: str) -> None:
         if self._rich is not None:
-            self._rich.console.print(text, markup=False, highlight=False)
+            self._rich.console.print(terminal_text(text), markup=False, highlight=False)
         else:
-            print(text, file=self.stream, flush=True)
+            print(terminal_text(text), file=self.stream, flush=True)
 
     def rate(self) -> float:
         dt = time.monotonic() - self._start
@@ -75,15 +80,16 @@ class Progress:
         if self._rich is not None:
             self._rich.update(self._task, advance=1, failed=self.failed, rate=f"{rate:.2f} models/s", refresh=True)
             if row["status"] != "ok":
-                self._rich.console.print(f"{row['status']}: {row['path']}: {row.get('reason')}", markup=False,
-                                         highlight=False)
+                self._rich.console.print(terminal_text(f"{row['status']}: {row['path']}: {row.get('reason')}"),
+                                         markup=False, highlight=False)
             return
         left = self.total - self.count
         eta = f"{left / rate:.0f} s" if rate > 0 else "?"
         took = f"{timing['elapsed_s']:.2f} s" if timing else ""
-        reason = f"  ({row['reason']})" if row.get("reason") else ""
+        reason = f"  ({terminal_text(str(row['reason']))})" if row.get("reason") else ""
+        path = terminal_text(row["path"])
         width = len(str(self.total))
-        print(f"[{self.count:>{width}}/{self.total}] {row['status']:<7} {took:>8}  {row['path']}{reason}  "
+        print(f"[{self.count:>{width}}/{self.total}] {row['status']:<7} {took:>8}  {path}{reason}  "
               f"| {rate:.2f} models/s, ETA {eta}", file=self.stream, flush=True)
 
 

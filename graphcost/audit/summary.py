@@ -1,7 +1,9 @@
 """The zoo at a glance: counts, totals, the models to look at first, and the cost rules worth writing next.
 
 Built from rows only (never from timings), so it is as deterministic as they are; ``summary.json`` is
-this dict, and the text rendering is what ``graphcost audit`` prints at the end.
+this dict, and the text rendering is what ``graphcost audit`` prints at the end. In that text every path,
+reason and op name passes ``terminal_text`` (``report/escape.py``): control characters, bidi overrides and
+the surrogates of non-UTF-8 file names are shown as escapes, never sent to the terminal.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from graphcost.audit.rows import STATUSES
+from graphcost.report.escape import terminal_text
 from graphcost.report.units import bytes_, seconds, si
 
 SUMMARY_SCHEMA = "graphcost.audit-summary/1"
@@ -67,9 +70,10 @@ def summarize(rows: Iterable[Mapping[str, Any]], top: int = 10) -> dict[str, Any
     }
 
 
-def _show(path: str) -> str:
-    """A path for a terminal: bytes that are not UTF-8 (kept by the OS as surrogates) shown escaped."""
-    return path.encode("utf-8", "backslashreplace").decode("utf-8")
+def _show(text: str) -> str:
+    """A path, reason or op name for a terminal: control characters and the surrogates of bytes that are not
+    UTF-8 (kept by the OS in file names) shown as escapes."""
+    return terminal_text(text)
 
 
 def render_text(s: Mapping[str, Any], *, wall_s: float | None = None, analyze_s: float | None = None,
@@ -95,7 +99,7 @@ def render_text(s: Mapping[str, Any], *, wall_s: float | None = None, analyze_s:
     if s["ops_without_rules"]:
         lines.append("\nOps without cost rules (rules worth writing next):")
         lines.append(f"  {'models':>6} {'nodes':>7}  op")
-        lines.extend(f"  {e['models']:>6} {e['nodes']:>7}  {e['op']}" for e in s["ops_without_rules"])
+        lines.extend(f"  {e['models']:>6} {e['nodes']:>7}  {_show(e['op'])}" for e in s["ops_without_rules"])
     if s["failures"]:
         lines.append("\nFailed models:")
         lines.extend(f"  {e['status']:<8} {_show(e['path'])}: {_show(str(e['reason']))}" for e in s["failures"])

@@ -1,10 +1,20 @@
-"""CSV: one row per node, in graph order (body nodes after their parent, with depth > 0)."""
+"""CSV: one row per node, in graph order (body nodes after their parent, with depth > 0).
+
+Every string cell (names, op types, symbolic counts, shapes with dim names) passes ``csv_cell``, so a model
+cannot plant a spreadsheet formula (``report/escape.py``); numbers are written as numbers, untouched.
+``csv_text`` is the one writer: rows end in ``\\n``, and a cell holding a bare CR is quoted too (the csv module
+quotes only the characters of its line terminator), so a CR in a name cannot start a new row in a spreadsheet
+— which would otherwise begin with text that was never neutralized.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable, Sequence
+from typing import Any
 
+from graphcost.report.escape import csv_cell
 from graphcost.report.model import Report, TensorInfo
 
 COLUMNS = (
@@ -18,13 +28,39 @@ def _shapes(ts: tuple[TensorInfo, ...]) -> str:
     return ";".join("?" if t.shape is None else "x".join(str(d) for d in t.shape) for t in ts)
 
 
-def render_csv(report: Report) -> str:
+def _cell(value: Any) -> Any:
+    """None → empty; a number as it is; anything else (a string, a symbolic count) as spreadsheet-safe text."""
+    if value is None:
+        return ""
+    return value if isinstance(value, int | float) else csv_cell(str(value))
+
+
+def _quoted_cr_row(cells: list[Any]) -> str:
+    """A row with a CR inside a cell: written with a CRLF terminator, so the writer quotes the CR, then ended
+    in ``\\n`` like every other row."""
+    one = io.StringIO()
+    csv.writer(one, lineterminator="\r\n").writerow(cells)
+    return one.getvalue()[:-2] + "\n"
+
+
+def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """``header`` then ``rows`` as CSV text, each cell through ``_cell`` (spreadsheet-safe strings)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for n in report.nodes:
-        d = n.to_dict()
-        row = [("" if d[c] is None else d[c]) for c in COLUMNS[:-2]]
-        row += [_shapes(n.inputs), _shapes(n.outputs)]
-        w.writerow(row)
+    w.writerow(header)
+    for row in rows:
+        cells = [_cell(v) for v in row]
+        if any(isinstance(c, str) and "\r" in c for c in cells):
+            buf.write(_quoted_cr_row(cells))
+        else:
+            w.writerow(cells)
     return buf.getvalue()
+
+
+def render_csv(report: Report) -> str:
+    def rows() -> Iterable[list[Any]]:
+        for n in report.nodes:
+            d = n.to_dict()
+            yield [d[c] for c in COLUMNS[:-2]] + [_shapes(n.inputs), _shapes(n.outputs)]
+
+    return csv_text(COLUMNS, rows())

@@ -1,10 +1,14 @@
 """The gap report as plain text: model rows per runner, the slowest kernels and groups, what each diagnosis
-means and what to do next, memory and budget. Accounting errors come first and in capitals."""
+means and what to do next, memory and budget. Accounting errors come first and in capitals.
+
+Every line passes ``terminal_text`` (``report/escape.py``) on the way out, and labels before they are cut to
+a column, so a node, kernel or hardware name cannot send control characters to the terminal."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from graphcost.report.escape import terminal_text
 from graphcost.report.units import bytes_, seconds
 
 
@@ -17,6 +21,7 @@ def _ratio(x: float | None) -> str:
 
 
 def _cut(text: str, width: int) -> str:
+    text = terminal_text(text)  # before measuring: the escapes are what the column shows
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -79,7 +84,7 @@ def render(report: Any, *, top: int = 10) -> str:
         out += ["", f"budget {seconds(b.budget_s)} (p99, sustained clock ×{b.sustained_clock:g})", f"  {b.verdict}"]
     if report.notes:
         out += [""] + [f"note: {n}" for n in report.notes]
-    return "\n".join(out) + "\n"
+    return "\n".join(terminal_text(line) for line in out) + "\n"
 
 
 def _g(x: float | None) -> str:

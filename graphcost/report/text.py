@@ -1,4 +1,9 @@
-"""Text: summary, top nodes by bound time, per-op-type table, warnings (rich tables, plain text out)."""
+"""Text: summary, top nodes by bound time, per-op-type table, warnings (rich tables, plain text out).
+
+Model- and file-derived text (path, producer, names, op types, dims, hardware name, warnings) reaches the
+console only through ``_t`` (``report/escape.terminal_text``: control characters shown as escapes), and the
+console has markup off, so a name such as ``[bold]`` prints as it is.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
+from graphcost.report.escape import terminal_text as _t
 from graphcost.report.model import Report
 from graphcost.report.units import bytes_, seconds, si
 
@@ -18,9 +24,9 @@ def render_text(report: Report, *, top: int = 10, width: int = 120) -> str:
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False,
                   markup=False, emoji=False)
     m, t = report.model, report.totals
-    con.print(f"graphcost — {m.path or '<in-memory model>'}")
+    con.print(_t(f"graphcost — {m.path or '<in-memory model>'}"))
     for line in report.header_lines(aligned=True):
-        con.print(f"  {line}")
+        con.print(_t(f"  {line}"))
     con.print()
     summary = Table(title="Summary", show_header=False, box=None, pad_edge=False)
     summary.add_column(justify="left")
@@ -40,7 +46,7 @@ def render_text(report: Report, *, top: int = 10, width: int = 120) -> str:
     summary.add_row("unknown nodes", str(t.unknown_nodes))
     con.print(summary)
     for key, formula in t.formulas.items():
-        con.print(f"  {key} = {formula}")
+        con.print(_t(f"  {key} = {formula}"))
     con.print()
 
     tops = Table(title=f"Top {top} nodes by bound time")
@@ -49,7 +55,7 @@ def render_text(report: Report, *, top: int = 10, width: int = 120) -> str:
         tops.add_column(col, justify=j)  # type: ignore[arg-type]
     for n in report.top(top):
         share = (n.roofline_time_s or 0.0) / t.roofline_time_s if t.roofline_time_s else 0.0
-        tops.add_row(_short(n.name), n.op_type, si(n.flops), bytes_(n.bytes),
+        tops.add_row(_short(_t(n.name)), _t(n.op_type), si(n.flops), bytes_(n.bytes),
                      "?" if n.intensity is None else f"{n.intensity:.1f}", seconds(n.roofline_time_s),
                      n.bound or "?", f"{share:.1%}")
     con.print(tops)
@@ -61,7 +67,7 @@ def render_text(report: Report, *, top: int = 10, width: int = 120) -> str:
         ops.add_column(col, justify=j)  # type: ignore[arg-type]
     for r in report.by_op_type():
         name = r.op_type if r.domain == "ai.onnx" else f"{r.domain}::{r.op_type}"
-        ops.add_row(name, str(r.count), "unknown" if r.flops is None else si(r.flops), bytes_(r.bytes),
+        ops.add_row(_t(name), str(r.count), "unknown" if r.flops is None else si(r.flops), bytes_(r.bytes),
                     seconds(r.roofline_time_s), f"{r.share_time:.1%}")
     con.print(ops)
     _passes(con, report)
@@ -69,7 +75,7 @@ def render_text(report: Report, *, top: int = 10, width: int = 120) -> str:
         con.print()
         con.print(f"Warnings ({len(report.warnings)}):")
         for w in report.warnings[:MAX_WARNINGS]:
-            con.print(f"  - {w.node + ': ' if w.node else ''}{w.message}")
+            con.print(_t(f"  - {w.node + ': ' if w.node else ''}{w.message}"))
         if len(report.warnings) > MAX_WARNINGS:
             con.print(f"  … {len(report.warnings) - MAX_WARNINGS} more (use --format json for all)")
     return buf.getvalue()
@@ -81,23 +87,23 @@ def _passes(con: Console, report: Report) -> None:
     if f is not None:
         t = f.totals
         con.print()
-        con.print(f"Fusion ({f.policy} policy): {t.groups} groups, {len(f.boundaries)} boundaries")
+        con.print(f"Fusion ({_t(f.policy)} policy): {t.groups} groups, {len(f.boundaries)} boundaries")
         con.print(f"  bytes {bytes_(t.bytes_unfused)} unfused → {bytes_(t.bytes_fused)} fused "
                   f"(saves {bytes_(t.bytes_saved)}); bound {seconds(t.time_unfused_s)} → {seconds(t.time_fused_s)}")
     if m is not None:
         con.print()
         con.print(f"Memory: weights {bytes_(m.parameter_bytes)}; activation peak {bytes_(m.peak_activation_bytes)}"
-                  f" at {m.peak_node or '-'}")
+                  f" at {_t(m.peak_node or '-')}")
         con.print(f"  bounds: largest single step {bytes_(m.min_peak_bytes)} ≤ peak ≤ no reuse "
                   f"{bytes_(m.conservative_peak_bytes)}")
         if m.arena is not None:
             con.print(f"  arena ({m.arena.alignment} B aligned): {bytes_(m.arena.bytes)}")
         if m.reorder is not None and m.reorder.peak_activation_bytes < m.peak_activation_bytes:
-            con.print(f"  a memory-aware order ({m.reorder.method}) lowers the peak to "
+            con.print(f"  a memory-aware order ({_t(m.reorder.method)}) lowers the peak to "
                       f"{bytes_(m.reorder.peak_activation_bytes)}")
         if m.top_tensors:
             top = ", ".join(f"{x.name} {bytes_(x.bytes)}" for x in m.top_tensors[:5])
-            con.print(f"  largest at the peak: {top}")
+            con.print(_t(f"  largest at the peak: {top}"))
         if m.training is not None:
             tr = m.training
             con.print(f"  training: {bytes_(tr.total)} = weights {bytes_(tr.parameters)} + gradients "
@@ -108,7 +114,7 @@ def _passes(con: Console, report: Report) -> None:
         con.print(f"BatchNorm folding: {len(b.foldable)} foldable, {len(b.refused)} refused — saves "
                   f"{bytes_(b.bytes_saved)}, {si(b.flops_saved, 'FLOP')}, {seconds(b.time_saved_s)}")
         for r in b.refused[:10]:
-            con.print(f"  refused {r.batchnorm}: {r.reason}")
+            con.print(_t(f"  refused {r.batchnorm}: {r.reason}"))
 
 
 def _short(name: str, limit: int = 48) -> str:
