@@ -1,8 +1,9 @@
 """``graphcost audit``: every model in a folder tree, each in isolation, resumable, local or on Dask.
 
-    find.py       which files are models (external-data files are not), their content hashes
-    worker.py     the child side: analyze one model (or probe external data) under limits
-    isolate.py    the parent side: one child per model, time limit, crash/oom/timeout → a row
+    find.py       which entries are models, which are skipped and why (external-data files are not models),
+                  their content hashes (hashed in children)
+    worker.py     the child side: analyze one model, probe external data or hash files, under limits
+    isolate.py    the parent side: one child per task, time limit, crash/oom/timeout/signal → a row
     rows.py       the row schema, the resume key, the compact per-model summary
     local.py      --jobs threads, each waiting on one child
     dask_backend  the same per-model function as Dask tasks (--scheduler)

@@ -18,9 +18,20 @@ How a child ended → status::
     sent an outcome                         the child's own status (ok, error, oom from MemoryError)
     still running at the time limit         timeout   (killed by us)
     SIGALRM / SIGXCPU (its own backstops)   timeout
-    SIGKILL not sent by us                  oom       (the kernel's OOM killer is the usual sender)
-    any other signal (SIGSEGV, SIGABRT...)  crashed
+    SIGKILL not sent by us, while the
+      kernel's OOM killer ran               oom       ("killed by SIGKILL: the kernel's OOM killer ran ...")
+    SIGKILL not sent by us, otherwise       crashed   ("killed by SIGKILL (cause unknown; out of memory is
+                                                       one possibility)")
+    a fault (SIGSEGV, SIGABRT, SIGBUS...)   crashed   ("worker crashed (SIGSEGV)")
+    any other signal (SIGTERM, SIGHUP...)   crashed   ("worker killed by SIGTERM")
     exit status without an outcome          crashed
+
+"The OOM killer ran" is read from the kernel's counters, before the child started and after it ended:
+``oom_kill`` in the audit's cgroup (``memory.events``, cgroup v2) or in ``/proc/vmstat``. They count every
+OOM kill in that cgroup or machine, so the reason says the killer ran meanwhile, not that it chose this
+child; where neither counter can be read, a SIGKILL's cause is unknown and the reason says so. The
+``--memory-limit`` itself (``RLIMIT_AS``) never kills: it makes an allocation fail, which the child reports
+as a ``MemoryError`` (status ``oom``, "exceeded the memory limit").
 """
 
 from __future__ import annotations
@@ -91,8 +102,54 @@ def _time_reason(timeout: float | None) -> str:
     return f"exceeded the time limit ({timeout:g} s)"
 
 
-def classify_exit(returncode: int | None, timed_out: bool, limits: Mapping[str, Any]) -> tuple[str, str]:
-    """(status, reason) for a child that ended without sending an outcome."""
+_FAULTS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT, signal.SIGTRAP,
+                     signal.SIGSYS})
+"""Signals a process gets from its own fault (or ``abort()``): the worker *crashed*, rather than was killed."""
+
+
+def _counter(path: str, key: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _cgroup_events() -> str | None:
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return os.path.join("/sys/fs/cgroup", line[3:].strip().lstrip("/"), "memory.events")
+    except OSError:
+        pass
+    return None
+
+
+def oom_kills() -> tuple[int | None, int | None]:
+    """The kernel's OOM-kill counters that can be read here: (this cgroup's, the machine's); None where not."""
+    events = _cgroup_events()
+    return (_counter(events, "oom_kill") if events else None), _counter("/proc/vmstat", "oom_kill")
+
+
+def oom_killer_ran(before: tuple[int | None, int | None], after: tuple[int | None, int | None]) -> bool | None:
+    """Whether an OOM kill was counted between the two readings; None when no counter could be compared."""
+    pairs = [(b, a) for b, a in zip(before, after, strict=True) if b is not None and a is not None]
+    if not pairs:
+        return None
+    return any(a > b for b, a in pairs)
+
+
+def classify_exit(returncode: int | None, timed_out: bool, limits: Mapping[str, Any],
+                  oom_killed: bool | None = None) -> tuple[str, str]:
+    """(status, reason) for a child that ended without sending an outcome.
+
+    ``oom_killed``: whether the kernel's OOM killer ran while the child lived (None: unknown).
+    """
     timeout = limits.get("timeout_s")
     if timed_out:
         return "timeout", _time_reason(timeout)
@@ -103,8 +160,12 @@ def classify_exit(returncode: int | None, timed_out: bool, limits: Mapping[str, 
         if sig in (signal.SIGALRM, signal.SIGXCPU):
             return "timeout", _time_reason(timeout)
         if sig == signal.SIGKILL:
-            return "oom", "worker killed by SIGKILL (most likely out of memory)"
-        return "crashed", f"worker crashed ({_signal_name(sig)})"
+            if oom_killed:
+                return "oom", "worker killed by SIGKILL: the kernel's OOM killer ran meanwhile (out of memory)"
+            return "crashed", "worker killed by SIGKILL (cause unknown; out of memory is one possibility)"
+        if sig in _FAULTS:
+            return "crashed", f"worker crashed ({_signal_name(sig)})"
+        return "crashed", f"worker killed by {_signal_name(sig)}"
     return "crashed", f"worker exited with status {returncode} without a result"
 
 
@@ -119,6 +180,7 @@ class _Child:
     reader: Any
     started: float
     deadline: float | None
+    oom_before: tuple[int | None, int | None] = (None, None)
     outcome: Outcome | None = None
     timed_out: bool = False
 
@@ -147,6 +209,7 @@ def run_children(tasks: Sequence[Mapping[str, Any]], limits: Mapping[str, Any], 
                 proc = ctx.Process(target=worker.child_main, args=(dict(tasks[i]), dict(limits), writer),  # type: ignore[attr-defined]
                                    name="graphcost-audit-child", daemon=False)
                 now = time.monotonic()
+                oom_before = oom_kills()
                 try:
                     proc.start()
                 except OSError as e:  # fork refused (no memory, process limit): this task's outcome, not the end
@@ -156,7 +219,7 @@ def run_children(tasks: Sequence[Mapping[str, Any]], limits: Mapping[str, Any], 
                                    "elapsed_s": 0.0})
                     continue
                 writer.close()
-                child = _Child(i, proc, reader, now, now + timeout if timeout else None)
+                child = _Child(i, proc, reader, now, now + timeout if timeout else None, oom_before)
                 children.append(child)
                 running[reader] = running[proc.sentinel] = child
             deadlines = [c.deadline for c in children if c.deadline is not None]
@@ -198,7 +261,8 @@ def _finish(child: _Child, limits: Mapping[str, Any], on_outcome: Callable[[int,
     child.reader.close()
     outcome = child.outcome
     if outcome is None:
-        outcome = _failed(*classify_exit(child.proc.exitcode, child.timed_out, limits))
+        ran = oom_killer_ran(child.oom_before, oom_kills()) if child.proc.exitcode == -signal.SIGKILL else None
+        outcome = _failed(*classify_exit(child.proc.exitcode, child.timed_out, limits, ran))
     outcome["elapsed_s"] = time.monotonic() - child.started
     child.proc.close()
     on_outcome(child.index, outcome)
@@ -213,6 +277,7 @@ def _use_subprocess() -> bool:
 def _run_subprocess(task: Mapping[str, Any], limits: Mapping[str, Any]) -> Outcome:
     request = json.dumps({"task": task, "limits": limits}).encode()
     start = time.monotonic()
+    oom_before = oom_kills()
     proc = subprocess.Popen([sys.executable, "-m", "graphcost.audit.worker"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
@@ -230,7 +295,8 @@ def _run_subprocess(task: Mapping[str, Any], limits: Mapping[str, Any]) -> Outco
             except ValueError:
                 result = None
         if result is None:
-            result = _failed(*classify_exit(proc.returncode, timed_out, limits))
+            ran = oom_killer_ran(oom_before, oom_kills()) if proc.returncode == -signal.SIGKILL else None
+            result = _failed(*classify_exit(proc.returncode, timed_out, limits, ran))
         result["elapsed_s"] = time.monotonic() - start
         return result
     finally:
@@ -272,3 +338,10 @@ def audit_one(job: Mapping[str, Any], limits: Mapping[str, Any]) -> tuple[dict[s
     except Exception as e:  # could not even start a child (fork failed, no /dev/shm, ...)
         out = {**_failed("crashed", f"could not start a worker ({type(e).__name__}: {e})"), "elapsed_s": 0.0}
     return job_result(job, out)
+
+
+def decided_result(job: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A job whose row was decided before any analysis (``job["verdict"]``: a skipped entry, a model whose
+    external data is refused, a file that could not be hashed) → (row, timing), without a worker."""
+    status, reason = job["verdict"]
+    return job_result(job, {**_failed(status, reason), "elapsed_s": 0.0})

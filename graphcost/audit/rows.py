@@ -7,9 +7,15 @@ sidecar). That is what lets ``--resume`` and the Dask backend be checked against
 Row (``schema: "graphcost.audit/1"``)::
 
     path, bytes, sha256, external_data[{location, bytes, sha256}], settings_key, key,
-    status (ok | error | timeout | crashed | oom), reason (None when fully costed),
+    status (ok | error | timeout | crashed | oom | skipped), reason (None when fully costed),
     analysis: {model, binding, defaulted_dims, dims_ignored, totals, coverage, no_rule_ops, op_counts,
                top_nodes, memory, fusion, warnings}   (None unless status is ok)
+
+Text from the model (op types, node and tensor names, producer) is always valid text in a row: what protobuf
+hands over as ``bytes`` (a string field that is not UTF-8) and any lone surrogate are written as backslash
+escapes (:func:`model_text`), so a row always serializes. The ``path`` is kept exact (``ensure_ascii`` writes
+the surrogates of a non-UTF-8 file name as ``\\udcXX``, which reads back as the same name), since resume
+matches rows by it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from collections.abc import Mapping
 from typing import Any
 
 ROW_SCHEMA = "graphcost.audit/1"
-STATUSES = ("ok", "error", "timeout", "crashed", "oom")
+STATUSES = ("ok", "error", "timeout", "crashed", "oom", "skipped")
+"""``skipped``: an entry named like a model that is not a regular readable file (a FIFO, device, directory,
+dangling symlink, symlink loop...): its row says what it is, and nothing opened it."""
 TOP_NODES = 5
 
 
@@ -32,14 +40,39 @@ def canonical_json(value: Any) -> str:
 
 
 def finite(value: Any) -> Any:
-    """JSON has no inf/nan: write them as null."""
+    """JSON has no inf/nan (written as null) and no bytes (written as escaped text, :func:`model_text`)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, bytes):
+        return model_text(value)
     if isinstance(value, Mapping):
-        return {str(k): finite(v) for k, v in value.items()}
+        return {model_text(k) if isinstance(k, bytes) else str(k): finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [finite(v) for v in value]
     return value
+
+
+def model_text(value: str | bytes) -> str:
+    """Text from a model as valid UTF-8: bytes that are not UTF-8 and lone surrogates as backslash escapes
+    (``b"Z\\xffz"`` → ``"Z\\\\xffz"``). Idempotent on valid text."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def _clean(value: Any) -> Any:
+    """:func:`finite`, with every string (keys included) passed through :func:`model_text`."""
+    if isinstance(value, (str, bytes)):
+        return model_text(value)
+    if isinstance(value, Mapping):
+        return {_clean(k) if isinstance(k, (str, bytes)) else str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return finite(value)
 
 
 def sha256_text(text: str) -> str:
@@ -81,7 +114,8 @@ def row_line(row: Mapping[str, Any]) -> str:
     return canonical_json(row) + "\n"
 
 
-def _op_key(op_type: str, domain: str) -> str:
+def _op_key(op_type: str | bytes, domain: str | bytes) -> str:
+    op_type, domain = model_text(op_type), model_text(domain)
     return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
 
 
@@ -117,7 +151,7 @@ def summarize_report(report: Any, dims_ignored: list[str]) -> dict[str, Any]:
             no_rule[k] = no_rule.get(k, 0) + 1
     model = report.model.to_dict()
     model.pop("path", None)  # the row's own path says it
-    return finite({
+    return _clean({
         "model": model,
         "binding": dict(report.binding),
         "defaulted_dims": list(report.defaulted_dims),

@@ -1,5 +1,10 @@
 """The audit as a short list of steps: find → probe → hash → skip what is done → run → summarize.
 
+Every entry found becomes a row: a model, or a skipped entry (FIFO, device, directory named ``*.onnx``,
+dangling symlink...) whose row says why, and models whose row is known before analysis (external data
+outside the model's folder, files that could not be hashed in time) get it without a worker. The audit
+process itself never reads a model or a data file: probing and hashing run in isolated children too.
+
 Resume: a model is done when results.jsonl has a row with its path and key (key = its content, its
 external data's content and the settings; rows.py). Rows stream to disk as models finish, so a killed
 audit loses only the models that were in flight, and ``--resume`` redoes exactly those.
@@ -12,7 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphcost.audit.find import drop_external_files, find_models, make_jobs, probe_externals
+from graphcost.audit.find import (
+    TargetError,
+    discover,
+    drop_external_files,
+    make_jobs,
+    probe_externals,
+    skipped_jobs,
+)
+from graphcost.audit.isolate import decided_result
 from graphcost.audit.progress import Progress
 from graphcost.audit.rows import settings_key
 from graphcost.audit.store import Store, StoreError
@@ -50,7 +63,9 @@ class AuditResult:
     rows: list[dict[str, Any]]
     summary: dict[str, Any]
     analyzed: int
+    """Rows a worker made this run."""
     skipped: int
+    """Entries already done in an earlier run (``--resume``); not the rows with status ``skipped``."""
     wall_s: float
     """The whole audit: discovery, probing, hashing, warm-up, analysis, summary."""
     analyze_s: float
@@ -71,9 +86,9 @@ def run_audit(opts: AuditOptions, progress_stream: Any = None, plain: bool = Fal
     start = time.monotonic()
     limits = {"timeout_s": opts.timeout_s or None, "memory_bytes": opts.memory_bytes or None}
     try:
-        models = find_models(opts.paths)
-    except FileNotFoundError as e:
-        raise AuditError(f"{e.args[0]}: no such file or directory") from None
+        models, skipped = discover(opts.paths)
+    except TargetError as e:
+        raise AuditError(str(e)) from None
     store = Store(opts.out_dir)
     try:
         store.open()
@@ -89,10 +104,11 @@ def run_audit(opts: AuditOptions, progress_stream: Any = None, plain: bool = Fal
         if other:
             raise AuditError(f"--out {opts.out_dir}: holds results for other analysis settings "
                              "(hardware, dims or graphcost version); choose another --out")
-        externals = probe_externals(models, limits, opts.jobs, opts.hook) if models else {}
+        externals, problems = probe_externals(models, limits, opts.jobs, opts.hook) if models else ({}, {})
         models = drop_external_files(models, externals)
         worker_settings = {"hardware": dict(opts.hardware), "dims": dict(opts.dims), "capacity": opts.capacity}
-        jobs = make_jobs(models, externals, worker_settings, skey, opts.jobs, opts.hook)
+        jobs = make_jobs(models, externals, worker_settings, skey, opts.jobs, opts.hook, limits, problems)
+        jobs = sorted(jobs + skipped_jobs(skipped, skey), key=lambda j: j["path"])
         done: dict[tuple[str, str], dict[str, Any]] = {}
         for r in existing:
             if not (opts.retry_failed and r["status"] in RETRYABLE):
@@ -106,19 +122,23 @@ def run_audit(opts: AuditOptions, progress_stream: Any = None, plain: bool = Fal
                 fresh[(row["path"], row["key"])] = row
                 bar.advance(row, timing)
 
+            for job in pending:
+                if "verdict" in job:
+                    on_result(*decided_result(job))
+            to_run = [j for j in pending if "verdict" not in j]
             analyze_start = time.monotonic()
-            if pending:
+            if to_run:
                 if opts.scheduler:
                     from graphcost.audit.dask_backend import SchedulerError, run_dask
 
                     try:
-                        run_dask(pending, limits, on_result, opts.scheduler)
+                        run_dask(to_run, limits, on_result, opts.scheduler)
                     except SchedulerError as e:
                         raise AuditError(str(e)) from None
                 else:
                     from graphcost.audit.local import run_local
 
-                    run_local(pending, limits, on_result, opts.jobs)
+                    run_local(to_run, limits, on_result, opts.jobs)
             analyze_s = time.monotonic() - analyze_start
 
         rows = [fresh.get((j["path"], j["key"])) or done[(j["path"], j["key"])] for j in jobs]
@@ -126,6 +146,7 @@ def run_audit(opts: AuditOptions, progress_stream: Any = None, plain: bool = Fal
             store.rewrite_rows(rows)  # one row per model: drop rows of changed, vanished or retried files
         summary = summarize(rows, opts.top)
         store.write_summary(rows, summary)
-        return AuditResult(rows, summary, len(fresh), len(jobs) - len(pending), time.monotonic() - start, analyze_s)
+        analyzed = len(fresh) - (len(pending) - len(to_run))  # rows a worker made (not the decided ones)
+        return AuditResult(rows, summary, analyzed, len(jobs) - len(pending), time.monotonic() - start, analyze_s)
     finally:
         store.close()

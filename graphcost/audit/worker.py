@@ -13,10 +13,20 @@ backstop and an alarm (so no child outlives the time limit, parent or not), SIGI
 parent decides), its stdout/stderr sent to /dev/null (so library chatter cannot break the progress
 bar or the protocol).
 
+Three kinds of task: ``analyze`` (one model), ``probe`` (which external-data files a batch of models names,
+each location passed through the one confinement gate, ``load.external_data_path``) and ``hash`` (the SHA-256
+of a batch of files, for the resume key: hashing reads whole files, so it runs here, under the time limit,
+never in the parent).
+
+Text in a model that is not UTF-8 (protobuf hands it over as ``bytes``) is rewritten as backslash escapes
+(:func:`clean_strings`) before the analysis sees it, so an op type ``Z\\xffz`` is an op without a cost rule, not
+a failure, and every row serializes.
+
 Test hooks (``task["hook"]``, set only through the GRAPHCOST_AUDIT_TEST_HOOK environment variable of the
 parent; comma-separated): ``abort:NAME`` calls ``os.abort()``, ``sleep:NAME`` hangs, ``delay:NAME`` sleeps
-0.5 s, ``alloc:NAME`` allocates past any limit, ``raise:NAME`` raises a RuntimeError — each only while
-analyzing a model whose file name contains NAME; ``probe-abort:NAME`` aborts the discovery probe instead.
+0.5 s, ``alloc:NAME`` allocates past any limit, ``raise:NAME`` raises a RuntimeError, ``sigterm:NAME`` and
+``sigkill:NAME`` send the worker that signal — each only while analyzing a model whose file name contains
+NAME; ``probe-abort:NAME`` aborts the discovery probe instead, ``hash-sleep:NAME`` hangs the hashing.
 """
 
 from __future__ import annotations
@@ -36,10 +46,10 @@ import onnx
 
 import graphcost.api
 from graphcost import _scan
-from graphcost.audit.rows import partial_reason, summarize_report
+from graphcost.audit.rows import model_text, partial_reason, summarize_report
 from graphcost.diff import declared_dims
 from graphcost.hardware.spec import HardwareSpec
-from graphcost.load import LoadError, load
+from graphcost.load import LoadError, external_data_path, load
 from graphcost.report.units import bytes_
 
 ALARM_GRACE_S = 5
@@ -102,6 +112,44 @@ def _fire(action: str) -> None:
             hog.append(bytearray(256 << 20))
     elif action == "raise":
         raise RuntimeError("test hook raised")
+    elif action == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+    elif action == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+
+
+def _repeated(fd: Any) -> bool:
+    is_repeated = getattr(fd, "is_repeated", None)  # protobuf ≥ 6; older ones only have ``label``
+    return bool(is_repeated) if is_repeated is not None else fd.label == fd.LABEL_REPEATED
+
+
+def clean_strings(message: Any) -> int:
+    """Rewrite, in place, every string field of ``message`` (recursively) that is not UTF-8 as escaped text
+    (``rows.model_text``).
+
+    The rewrite is a function of the bytes, so names that referred to each other still do. Returns how many
+    fields were rewritten. ``bytes`` fields (``AttributeProto.s``, tensor payloads) are data and left alone.
+    """
+    fixed = 0
+    for fd, value in message.ListFields():
+        if fd.type == fd.TYPE_STRING:
+            if _repeated(fd):
+                if any(isinstance(v, bytes) for v in value):
+                    clean = [model_text(v) for v in value]
+                    del value[:]
+                    value.extend(clean)
+                    fixed += 1
+            elif isinstance(value, bytes):
+                setattr(message, fd.name, model_text(value))
+                fixed += 1
+        elif fd.type == fd.TYPE_MESSAGE:
+            if fd.message_type.GetOptions().map_entry:
+                continue  # no map fields in onnx.proto; a map would need its keys rebuilt
+            for m in (value if _repeated(fd) else (value,)):
+                fixed += clean_strings(m)
+    return fixed
 
 
 def analyze_task(task: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,6 +161,7 @@ def analyze_task(task: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str
     try:
         _hook(task, task["path"])
         model = load(task["path"])
+        clean_strings(model.proto)
         declared = declared_dims(model.proto)
         dims = {k: v for k, v in task["dims"].items() if k in declared}
         ignored = sorted(set(task["dims"]) - set(dims))
@@ -142,48 +191,97 @@ def oom_reason(limit: int | None) -> str:
 
 
 def probe_task(task: Mapping[str, Any]) -> dict[str, Any]:
-    """External-data files each model names (absolute paths), read from its structure only.
+    """For each model: the external-data files it names and the first location refused, read from its structure.
 
-    Run isolated like an analysis: discovery must survive a file that would crash or hang the scanner.
+    ``{path: {"files": [real paths inside the model's folder], "problem": str | None}}``. Every location goes
+    through ``load.external_data_path``, the one confinement gate (no NUL byte, not absolute, no ``..``, no
+    symlink out of the folder, a regular file), so a file outside the model's folder is never listed, and so
+    never hashed. A location that is not UTF-8 text is refused here (protobuf strings must be UTF-8). Run
+    isolated like an analysis: discovery must survive a file that would crash or hang the scanner.
     """
-    found: dict[str, list[str]] = {}
+    found: dict[str, dict[str, Any]] = {}
     for path in task["paths"]:
         _hook(task, path, stage="probe-")
         try:
             proto = _scan.load_structure(path)
         except Exception:
-            found[path] = []
+            found[path] = {"files": [], "problem": None}  # its analysis fails the same way and says why
             continue
-        real = os.path.realpath(path)
-        base, own = os.path.dirname(real), os.path.basename(real)
-        locs = sorted({loc for loc in _external_locations(proto.graph) if loc and loc != own})
-        found[path] = [os.path.normpath(os.path.join(base, loc)) for loc in locs]
+        found[path] = confined_externals(proto, path)
     return {"status": "ok", "reason": None, "analysis": found}
 
 
-def _external_locations(graph: onnx.GraphProto) -> list[str]:
-    out: list[str] = []
+def confined_externals(proto: onnx.ModelProto, path: str) -> dict[str, Any]:
+    """``{"files": [...], "problem": ...}`` for one model (see :func:`probe_task`)."""
+    real = os.path.realpath(path)
+    base, own = os.path.dirname(real), _scan.own_location(real)
+    files: set[str] = set()
+    problem: str | None = None
+    for loc in _external_locations(proto):
+        if isinstance(loc, bytes):
+            problem = problem or f"external data location {model_text(loc)!r} is not UTF-8 text"
+            continue
+        if loc == own:
+            continue  # a payload the scanner left in the model file itself
+        try:
+            files.add(external_data_path(base, loc))
+        except LoadError as e:
+            problem = problem or _one_line(e)
+    return {"files": sorted(files), "problem": problem}
+
+
+def _external_locations(proto: onnx.ModelProto) -> list[str | bytes]:
+    """The ``location`` of every externally stored tensor: graph, subgraphs, local functions, training graphs."""
+    out: list[str | bytes] = []
 
     def tensor(t: onnx.TensorProto) -> None:
         if t.data_location == onnx.TensorProto.EXTERNAL:
             out.extend(e.value for e in t.external_data if e.key == "location")
 
-    for t in graph.initializer:
-        tensor(t)
-    for s in graph.sparse_initializer:
-        tensor(s.values)
-        tensor(s.indices)
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t"):
-                tensor(a.t)
-            for t in a.tensors:
-                tensor(t)
-            if a.HasField("g"):
-                out.extend(_external_locations(a.g))
-            for g in a.graphs:
-                out.extend(_external_locations(g))
+    def nodes(ns: Any) -> None:
+        for node in ns:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    tensor(a.t)
+                for t in a.tensors:
+                    tensor(t)
+                if a.HasField("sparse_tensor"):
+                    tensor(a.sparse_tensor.values)
+                    tensor(a.sparse_tensor.indices)
+                for st in a.sparse_tensors:
+                    tensor(st.values)
+                    tensor(st.indices)
+                if a.HasField("g"):
+                    graph(a.g)
+                for g in a.graphs:
+                    graph(g)
+
+    def graph(g: onnx.GraphProto) -> None:
+        for t in g.initializer:
+            tensor(t)
+        for s in g.sparse_initializer:
+            tensor(s.values)
+            tensor(s.indices)
+        nodes(g.node)
+
+    graph(proto.graph)
+    for f in proto.functions:
+        nodes(f.node)
+    for ti in proto.training_info:
+        graph(ti.initialization)
+        graph(ti.algorithm)
     return out
+
+
+def hash_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """``{path: [sha256 hex, size] or [None, None]}`` for each file of the batch (regular files only)."""
+    from graphcost.audit.find import hash_file
+
+    out: dict[str, list[Any]] = {}
+    for path in task["paths"]:
+        _hook(task, path, stage="hash-")
+        out[path] = list(hash_file(path))
+    return {"status": "ok", "reason": None, "analysis": out}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -208,6 +306,8 @@ def _limit_self(limits: Mapping[str, Any]) -> None:
     import resource
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked child inherits the audit's handler, which would
+    # turn a SIGTERM into KeyboardInterrupt and "exited with status 1": let the signal say what it was
     _die_with_parent()
     mem = limits.get("memory_bytes")
     if mem:
@@ -243,7 +343,8 @@ def peak_rss_bytes() -> int | None:
 
 
 def run_task(task: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str, Any]:
-    out = probe_task(task) if task.get("kind") == "probe" else analyze_task(task, limits)
+    kind = task.get("kind")
+    out = probe_task(task) if kind == "probe" else hash_task(task) if kind == "hash" else analyze_task(task, limits)
     out["peak_rss_bytes"] = peak_rss_bytes()
     return out
 
