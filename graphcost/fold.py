@@ -8,7 +8,10 @@ optimization off (ORT's own BN folding would otherwise make the reference the fo
 beyond ``|folded − original| ≤ atol + rtol·|original|`` it raises :class:`FoldMismatch` and writes nothing.
 
 The input file is only read. The output goes to a temporary directory beside ``out_path`` and is renamed into place
-after verification; a model that had external data gets one ``<out name>.data`` file next to the output.
+after verification; a model that had external data gets one ``<out name>.data`` file next to the output. The
+temporary directory is removed on every way out: an error, Ctrl-C, or SIGTERM (which unwinds like Ctrl-C while
+folding). A model whose loops could run without end is refused before anything is written or run
+(``graphcost.measure._bounded``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from onnx import numpy_helper
 from graphcost._dims import parse_dim
 from graphcost.graph import Graph
 from graphcost.load import load
+from graphcost.measure import _ort_session
+from graphcost.measure._bounded import RunRefused, check_bounded, terminate_as_exit
 from graphcost.passes.batchnorm import (
     DEFAULT_EPSILON,
     PRECEDING,
@@ -115,24 +120,31 @@ def fold_model(path: str | os.PathLike[str], out_path: str | os.PathLike[str], *
     if any(_same_file(f, os.path.join(out_dir, data_name)) for f in (src, *inputs_files)):
         raise FoldError(f"-o {dst}: its data file {data_name} would overwrite the input model's data")
     apply_folds(full, shapes.graph, analysis.foldable)
+    try:  # the check runs both models: refuse loops that may not end before writing anything
+        check_bounded(full, random_inputs(full.graph, binding, seed))
+    except RunRefused as e:
+        raise FoldError(f"cannot verify: {e}") from None
 
-    try:
-        tmp = tempfile.mkdtemp(prefix=".graphcost-fold-", dir=out_dir)
-    except OSError as e:
-        raise FoldError(f"-o {dst}: cannot write there ({e.strerror or e})") from None
-    try:
-        tmp_model = os.path.join(tmp, os.path.basename(dst))
-        if inputs_files or full.ByteSize() > (1 << 31) - (1 << 26):
-            onnx.save_model(full, tmp_model, save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=data_name, size_threshold=1024)
-        else:
-            onnx.save_model(full, tmp_model)
-        max_abs, max_rel = verify(src, tmp_model, full.graph, binding, rtol=rtol, atol=atol, seed=seed)
-        if os.path.exists(os.path.join(tmp, data_name)):
-            os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
-        os.replace(tmp_model, dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with terminate_as_exit():  # SIGTERM unwinds through the finally below, as Ctrl-C does
+        tmp = ""
+        try:
+            try:
+                tmp = tempfile.mkdtemp(prefix=".graphcost-fold-", dir=out_dir)
+            except OSError as e:
+                raise FoldError(f"-o {dst}: cannot write there ({e.strerror or e})") from None
+            tmp_model = os.path.join(tmp, os.path.basename(dst))
+            if inputs_files or full.ByteSize() > (1 << 31) - (1 << 26):
+                onnx.save_model(full, tmp_model, save_as_external_data=True, all_tensors_to_one_file=True,
+                                location=data_name, size_threshold=1024)
+            else:
+                onnx.save_model(full, tmp_model)
+            max_abs, max_rel = verify(src, tmp_model, full.graph, binding, rtol=rtol, atol=atol, seed=seed)
+            if os.path.exists(os.path.join(tmp, data_name)):
+                os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
+            os.replace(tmp_model, dst)
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
     b, f = analysis.bytes_saved, analysis.flops_saved
     return FoldResult(analysis, dst, binding, None if b is None else bind(b, binding),
                       None if f is None else bind(f, binding), max_abs, max_rel)
@@ -375,20 +387,19 @@ def verify(original: str, folded: str, graph: onnx.GraphProto, binding: Mapping[
     import onnxruntime as ort
 
     feeds = random_inputs(graph, binding, seed)
-    so = ort.SessionOptions()
+    so = _ort_session.options()  # quiet: a refused model costs graphcost's one line, not ORT's log too
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # ORT would fold BN in the reference
     so.intra_op_num_threads = min(2, os.cpu_count() or 1)
     so.inter_op_num_threads = 1
-    so.log_severity_level = 3
     try:
-        ref_sess = ort.InferenceSession(original, so, providers=["CPUExecutionProvider"])
+        ref_sess = _ort_session.session(original, so)
         names = [o.name for o in ref_sess.get_outputs()]
-        ref = ref_sess.run(names, feeds)
+        ref = _ort_session.run(ref_sess, names, feeds)
     except Exception as e:
         raise FoldError(f"cannot verify: onnxruntime cannot run the original model ({_first_line(e)})") from None
     del ref_sess
     try:
-        got = ort.InferenceSession(folded, so, providers=["CPUExecutionProvider"]).run(names, feeds)
+        got = _ort_session.run(_ort_session.session(folded, so), names, feeds)
     except Exception as e:
         raise FoldMismatch(f"onnxruntime cannot run the folded model ({_first_line(e)})", float("inf")) from None
     max_abs = max_rel = 0.0

@@ -48,8 +48,8 @@ NCHWC_SUFFIX = "_nchwc"
 Number = int | float
 
 
-class OrtError(Exception):
-    """onnxruntime could not load or optimize the model; one line."""
+class OrtError(RuntimeError):
+    """onnxruntime could not load, optimize or run the model; one line."""
 
 
 @dataclass(frozen=True)
@@ -101,21 +101,21 @@ def optimize(path: str | os.PathLike[str], level: str = DEFAULT_LEVEL) -> Graph:
     import onnxruntime as ort
 
     from graphcost.load import load
+    from graphcost.measure import _ort_session  # here: graphcost.measure imports this module
 
     if level not in LEVELS:
         raise ValueError(f"unknown ORT optimization level {level!r} (one of {', '.join(LEVELS)})")
-    so = ort.SessionOptions()
+    so = _ort_session.options()  # quiet: the NCHWc "hardware specific" serialization warning is expected
     so.graph_optimization_level = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
                                    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                                    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
-    so.log_severity_level = 3  # the NCHWc "hardware specific" serialization warning is expected
     with tempfile.TemporaryDirectory(prefix="graphcost-ort-") as tmp:
         out = os.path.join(tmp, "optimized.onnx")
         so.optimized_model_filepath = out
         so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
         so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "64")
         try:
-            ort.InferenceSession(os.fspath(path), so, providers=["CPUExecutionProvider"])
+            _ort_session.session(path, so)
         except Exception as e:  # ORT raises its own exception types
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise OrtError(f"onnxruntime could not load {os.fspath(path)}: {first}") from e

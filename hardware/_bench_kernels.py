@@ -74,13 +74,14 @@ def _numpy_stream(pool: ThreadPoolExecutor, threads: int, kernel: str, working_s
 def _session(model: Any, threads: int, optimize: bool) -> Any:
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
+    from graphcost.measure import _ort_session  # graphcost's one quiet way to make a session
+
+    options = _ort_session.options()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    options.log_severity_level = 3
     if not optimize:  # stream chains: nothing to optimise, and nothing may be removed
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return _ort_session.session(model.SerializeToString(), options)
 
 
 def _runner(session: Any, feeds: dict[str, np.ndarray]) -> Timed:

@@ -308,10 +308,11 @@ def _check_against_jax(
 ) -> tuple[float, float]:
     """Run the ONNX model and JAX on the same inputs; return (max abs diff, max rel diff) or raise."""
     import jax
-    import onnxruntime as ort
+
+    from graphcost.measure import _ort_session
 
     try:
-        session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        session = _ort_session.session(data)
     except Exception as exc:
         raise RuntimeError(f"ONNX Runtime cannot load the converted model: {_first_line(exc)}") from exc
     onnx_inputs = [i.name for i in session.get_inputs()]
@@ -323,7 +324,7 @@ def _check_against_jax(
         shapes = ", ".join(f"{name}={tuple(x.shape)}" for name, x in feed.items())
         want = [np.asarray(a) for a in jax.tree_util.tree_leaves(apply(params, *feed.values()))]
         try:
-            got = session.run(None, dict(zip(onnx_inputs, feed.values(), strict=True)))
+            got = _ort_session.run(session, None, dict(zip(onnx_inputs, feed.values(), strict=True)))
         except Exception as exc:  # e.g. a shape baked in at tracing time
             raise Jax2TfMismatch(f"ONNX Runtime fails at input shapes {shapes}: {_first_line(exc)}") from exc
         if len(got) != len(want):

@@ -160,14 +160,13 @@ def _as_outputs(value: Any) -> list[np.ndarray]:
 
 
 def _session(path: Path) -> Any:
-    import onnxruntime as ort
+    from graphcost.measure import _ort_session
 
-    so = ort.SessionOptions()
+    so = _ort_session.options()  # quiet: unused-initializer notes are not failures, and failures are our line
     so.intra_op_num_threads = min(2, os.cpu_count() or 1)
     so.inter_op_num_threads = 1
-    so.log_severity_level = 3  # unused-initializer and similar notes are not failures
     try:
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return _ort_session.session(path, so)
     except Exception as e:
         raise ExportError(f"onnxruntime cannot load the export: {_first_line(e)}") from e
 
@@ -197,6 +196,8 @@ def verify_onnx(path: str | os.PathLike[str], reference: Reference, inputs_list:
     Raises ExportError naming the output, the largest difference and the input shapes; ``source`` names the
     reference in that message (the exporters pass the framework's name).
     """
+    from graphcost.measure import _ort_session
+
     sess = _session(Path(path))
     onnx_inputs = [i.name for i in sess.get_inputs()]
     onnx_outputs = [o.name for o in sess.get_outputs()]
@@ -211,7 +212,7 @@ def verify_onnx(path: str | os.PathLike[str], reference: Reference, inputs_list:
             ort_feeds = dict(zip(onnx_inputs, feeds.values(), strict=True))
         at = _shapes_text({k: tuple(v.shape) for k, v in feeds.items()})
         try:
-            got = sess.run(None, ort_feeds)
+            got = _ort_session.run(sess, None, ort_feeds)
         except Exception as e:
             raise ExportError(f"onnxruntime fails at {at}: {_first_line(e)}") from e
         want = _as_outputs(reference(dict(feeds)))

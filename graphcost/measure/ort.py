@@ -42,6 +42,8 @@ import numpy as np
 from graphcost.fusion_ort import OrtError, OrtMapping, map_back, ort_version
 from graphcost.graph import Graph
 from graphcost.load import load
+from graphcost.measure import _ort_session
+from graphcost.measure._bounded import check_bounded, terminate_as_exit
 from graphcost.measure.inputs import make_inputs
 from graphcost.measure.stats import Timing, timing
 
@@ -126,6 +128,7 @@ def available_providers() -> tuple[str, ...]:
     return tuple(short for short, name in PROVIDERS.items() if name in have)
 
 
+@terminate_as_exit()  # SIGTERM unwinds: the profile's temp dir (and a caller's) is removed
 def run_ort(path: str | os.PathLike[str], *, binding: Mapping[str, int] | None = None,
             inputs: dict[str, np.ndarray] | None = None, provider: str = "cpu", threads: int | None = None,
             warmup: int = 10, repeats: int = 50, level: str = "all", profile: bool = True,
@@ -144,19 +147,20 @@ def run_ort(path: str | os.PathLike[str], *, binding: Mapping[str, int] | None =
     if provider not in PROVIDERS or provider not in available:
         raise ValueError(f"provider {provider!r} is not available (available: {', '.join(available)})")
     model = os.fspath(path)
-    source = load(model).graph()
+    loaded = load(model)
+    source = loaded.graph()
     bound = dict(binding or {})
     feeds = _feeds(source, bound, inputs, seed)
+    check_bounded(loaded.proto, feeds, base_dir=loaded.base_dir)  # RunRefused before a run that may not end
     providers = _session_providers(provider)
 
     def options() -> Any:
-        so = ort.SessionOptions()
+        so = _ort_session.options()  # quiet: ORT's log lines would precede graphcost's one line
         so.graph_optimization_level = {
             "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
-        so.log_severity_level = 3  # the NCHWc "hardware specific" serialization warning is expected
         if threads is not None:
             so.intra_op_num_threads = threads
         return so
@@ -244,10 +248,8 @@ def _session_providers(provider: str) -> list[str]:
 
 
 def _session(model: str, so: Any, providers: list[str]) -> Any:
-    import onnxruntime as ort
-
     try:
-        sess = ort.InferenceSession(model, so, providers=providers)
+        sess = _ort_session.session(model, so, providers)
     except Exception as e:  # ORT raises its own exception types
         text = str(e).strip()
         first = text.splitlines()[0] if text else type(e).__name__
@@ -271,16 +273,24 @@ def _feeds(source: Graph, binding: Mapping[str, int], given: Mapping[str, np.nda
 
 
 def _time_runs(sess: Any, feeds: Mapping[str, np.ndarray], warmup: int, repeats: int) -> list[float]:
-    """Wall seconds of ``repeats`` session runs after ``warmup`` untimed ones."""
+    """Wall seconds of ``repeats`` session runs after ``warmup`` untimed ones.
+
+    A failing run raises :class:`OrtError` with ORT's first line (the session logs nothing itself)."""
     feed = dict(feeds)
-    for _ in range(warmup):
-        sess.run(None, feed)
     out: list[float] = []
     clock = time.perf_counter
-    for _ in range(repeats):
-        t0 = clock()
-        sess.run(None, feed)
-        out.append(clock() - t0)
+    try:
+        with _ort_session.quiet():  # once around the loop: nothing added inside the timed calls
+            for _ in range(warmup):
+                sess.run(None, feed)
+            for _ in range(repeats):
+                t0 = clock()
+                sess.run(None, feed)
+                out.append(clock() - t0)
+    except Exception as e:  # ORT raises its own exception types
+        text = str(e).strip()
+        raise OrtError(f"onnxruntime failed running the model: {text.splitlines()[0] if text else type(e).__name__}"
+                       ) from e
     return out
 
 
