@@ -283,3 +283,33 @@ def test_display_path_escapes_what_a_terminal_would_act_on() -> None:
     assert display_path(b"a\xfe\nb") == "a\\udcfe\\nb"
     assert display_path("ok/ünï.onnx") == "ok/ünï.onnx"  # letters are kept
     assert display_path("x\u202ey\x1b") == "x\\u202ey\\x1b"
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "csv", "html"])
+@pytest.mark.parametrize("where", ["node", "op_type", "tensor", "subgraph"])
+def test_non_utf8_names_inside_the_model_analyze_escaped(tmp_path: Path, fmt: str, where: str) -> None:
+    # protobuf hands a string field that is not UTF-8 over as bytes; the loader turns every one into escaped text
+    # (was: "validate: internal error (TypeError: can only concatenate str (not "bytes") to str)").
+    relu = oh.make_node("Relu", ["x"], ["y"], name="n0")
+    if where == "subgraph":
+        branch = oh.make_graph([oh.make_node("Relu", ["x"], ["z"], name="n0")], "b", [],
+                               [oh.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])])
+        cond = oh.make_tensor_value_info("c", TensorProto.BOOL, [])
+        node = oh.make_node("If", ["c"], ["y"], name="if", then_branch=branch, else_branch=branch)
+        graph = oh.make_graph([node], "g", [cond, oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    else:
+        graph = oh.make_graph([relu], "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    raw = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]).SerializeToString()
+    old = {"node": b"\x02n0", "subgraph": b"\x02n0", "op_type": b"\x04Relu", "tensor": b"\x01y"}[where]
+    new = {"node": b"\x02n\xff", "subgraph": b"\x02n\xff", "op_type": b"\x04Re\xffu", "tensor": b"\x01\xff"}[where]
+    assert old in raw
+    path = tmp_path / "m.onnx"
+    path.write_bytes(raw.replace(old, new))
+    proc = _cli("analyze", str(path), "--format", fmt, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stdout.decode("utf-8")  # valid UTF-8 all through
+    assert "b'" not in out  # never a bytes repr
+    if fmt == "json":  # every name is in the JSON, escaped once by the loader and once by JSON
+        assert "\\\\xff" in out

@@ -26,6 +26,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from graphcost.load import model_text
+
 ROW_SCHEMA = "graphcost.audit/1"
 STATUSES = ("ok", "error", "timeout", "crashed", "oom", "skipped")
 """``skipped``: an entry named like a model that is not a regular readable file (a FIFO, device, directory,
@@ -49,18 +51,6 @@ def finite(value: Any) -> Any:
         return {model_text(k) if isinstance(k, bytes) else str(k): finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [finite(v) for v in value]
-    return value
-
-
-def model_text(value: str | bytes) -> str:
-    """Text from a model as valid UTF-8: bytes that are not UTF-8 and lone surrogates as backslash escapes
-    (``b"Z\\xffz"`` → ``"Z\\\\xffz"``). Idempotent on valid text."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value
 
 

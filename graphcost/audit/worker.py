@@ -46,10 +46,10 @@ import onnx
 
 import graphcost.api
 from graphcost import _scan
-from graphcost.audit.rows import model_text, partial_reason, summarize_report
+from graphcost.audit.rows import partial_reason, summarize_report
 from graphcost.diff import declared_dims
 from graphcost.hardware.spec import HardwareSpec
-from graphcost.load import LoadError, external_data_path, load
+from graphcost.load import LoadError, clean_strings, external_data_path, load, model_text
 from graphcost.report.units import bytes_
 
 ALARM_GRACE_S = 5
@@ -118,38 +118,6 @@ def _fire(action: str) -> None:
     elif action == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)
-
-
-def _repeated(fd: Any) -> bool:
-    is_repeated = getattr(fd, "is_repeated", None)  # protobuf ≥ 6; older ones only have ``label``
-    return bool(is_repeated) if is_repeated is not None else fd.label == fd.LABEL_REPEATED
-
-
-def clean_strings(message: Any) -> int:
-    """Rewrite, in place, every string field of ``message`` (recursively) that is not UTF-8 as escaped text
-    (``rows.model_text``).
-
-    The rewrite is a function of the bytes, so names that referred to each other still do. Returns how many
-    fields were rewritten. ``bytes`` fields (``AttributeProto.s``, tensor payloads) are data and left alone.
-    """
-    fixed = 0
-    for fd, value in message.ListFields():
-        if fd.type == fd.TYPE_STRING:
-            if _repeated(fd):
-                if any(isinstance(v, bytes) for v in value):
-                    clean = [model_text(v) for v in value]
-                    del value[:]
-                    value.extend(clean)
-                    fixed += 1
-            elif isinstance(value, bytes):
-                setattr(message, fd.name, model_text(value))
-                fixed += 1
-        elif fd.type == fd.TYPE_MESSAGE:
-            if fd.message_type.GetOptions().map_entry:
-                continue  # no map fields in onnx.proto; a map would need its keys rebuilt
-            for m in (value if _repeated(fd) else (value,)):
-                fixed += clean_strings(m)
-    return fixed
 
 
 def analyze_task(task: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str, Any]:
