@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from graphcost.report.escape import terminal_text
+
 PROBE_COMMANDS = ("detect", "measure")
 
 
@@ -69,13 +71,13 @@ def _detect(args: argparse.Namespace) -> int:
     if args.output:
         _write_spec(found.spec, args.output)
     if args.format == "json":
-        sys.stdout.write(json.dumps(found.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(found.to_dict(), indent=2) + "\n")
         return 0
     lines = _found_lines(found)
     lines += ["", catalog.describe(found.spec)]
     if args.output:
         lines.append(f"wrote {args.output} (use: graphcost analyze MODEL --hardware {args.output})")
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write("\n".join(terminal_text(line) for line in lines) + "\n")
     return 0
 
 
@@ -125,7 +127,7 @@ def _measure(args: argparse.Namespace) -> int:
     _guard(args.output)  # before a minute of measuring
 
     def progress(message: str) -> None:
-        print(f"  {message}", file=sys.stderr, flush=True)
+        print(f"  {terminal_text(message)}", file=sys.stderr, flush=True)
 
     try:
         result = measure(quick=args.quick, threads=args.threads, progress=progress)
@@ -134,13 +136,13 @@ def _measure(args: argparse.Namespace) -> int:
     if args.output:
         _write_spec(result.spec, args.output)
     if args.format == "json":
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
         return 0
     lines = _measured_lines(result)
     lines += [s for s in result.spec.sources if s.startswith("warning:")]
     if args.output:
         lines.append(f"wrote {args.output} (use: graphcost analyze MODEL --hardware {args.output})")
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write("\n".join(terminal_text(line) for line in lines) + "\n")
     return 0
 
 

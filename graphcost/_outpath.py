@@ -42,23 +42,14 @@ def protected_paths(model_path: str | os.PathLike[str]) -> dict[str, str]:
     """
     path = os.fspath(model_path)
     out = {path: MODEL}
-    import onnx
-
-    from graphcost.load import LoadError, _iter_tensors, load
+    from graphcost.load import LoadError, external_files, load  # loading onnx costs start-up; only -o needs it
 
     try:
-        model = load(path)
+        targets = external_files(load(path).proto, path)
     except (LoadError, OSError, ValueError):
         return out
-    real = os.path.realpath(path)
-    base_dir, own_name = os.path.dirname(real), os.path.basename(real)
-    for t in _iter_tensors(model.proto.graph):
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((e.value for e in t.external_data if e.key == "location"), "")
-        if location and location != own_name:  # own_name: a payload left in the model file itself
-            target = os.path.normpath(os.path.join(base_dir, location))
-            out.setdefault(target, f"{MODEL}'s external data file {location!r}")
+    for target in targets:
+        out.setdefault(target, f"{MODEL}'s external data file {os.path.basename(target)!r}")
     return out
 
 

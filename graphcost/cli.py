@@ -14,6 +14,8 @@ import stat
 import sys
 from collections.abc import Sequence
 
+from graphcost.report.escape import terminal_text  # error lines quote paths and names: no raw ESC, CR, LF
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 
@@ -25,7 +27,7 @@ class CliError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # One line with the reason (argparse would print the whole usage first).
-        self.exit(EXIT_BAD_INPUT, f"graphcost: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_BAD_INPUT, f"graphcost: {terminal_text(message)} (see {self.prog} --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -298,14 +300,15 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
             spec = catalog.resolve(args.name)
         except ValueError as e:
             raise CliError(str(e).splitlines()[0]) from None
-        sys.stdout.write(catalog.describe(spec).rstrip("\n") + "\n")
+        sys.stdout.write("\n".join(terminal_text(line) for line in catalog.describe(spec).rstrip("\n").splitlines())
+                         + "\n")
         return EXIT_OK
     rows = []
     for s in catalog.list_specs():
         f32 = s.peak_flops.get("float32")
         rows.append(f"{s.name:<22} {s.kind:<5} fp32 {('%.2f' % (f32 / 1e12)) if f32 else '   -':>7} TFLOP/s  "
                     f"DRAM {s.memory_bandwidth / 1e9:8.1f} GB/s  {s.description}")
-    sys.stdout.write("\n".join(rows) + "\n")
+    sys.stdout.write("\n".join(terminal_text(r) for r in rows) + "\n")
     return EXIT_OK
 
 
@@ -321,7 +324,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from graphcost.report.escape import terminal_text  # error lines quote paths and names: no raw ESC, CR, LF
 
     parser = _parser()
     args, extra = parser.parse_known_args(argv)

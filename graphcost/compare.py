@@ -18,6 +18,7 @@ from typing import Any
 
 from graphcost.gap import WALL_RESOLUTION_S, Diagnosis, SetBound, diagnose
 from graphcost.hardware.spec import HardwareSpec
+from graphcost.report.escape import terminal_text
 
 DENSE_BATCHES = (1, 16, 64, 256)
 RUNNERS = ("torch", "jax", "tf", "onnxruntime")
@@ -214,7 +215,7 @@ def render(c: Comparison, *, bar_width: int = 20) -> str:
     out += [f"skipped {s}" for s in c.skipped]
     if c.exported_from:
         out.append(f"onnxruntime runs the model exported from {c.exported_from}")
-    return "\n".join(out) + "\n"
+    return "\n".join(terminal_text(line) for line in out) + "\n"  # runner and device names may come from files
 
 
 def _bar(achieved: float | None, roof: float | None, width: int) -> str:

@@ -223,9 +223,6 @@ def test_audit_progress_and_summary(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert f"{EVIL_DOMAIN}::{EVIL_OP}" in summary  # ops without rules, by name
 
 
-@pytest.mark.xfail(strict=True, reason="summary.csv is written by graphcost/audit/store.py render_csv, which must "
-                                       "pass its string cells through report.escape.csv_cell (lead: apply, then "
-                                       "drop this mark)")
 def test_audit_summary_csv_neutralizes_formulas(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     zoo = tmp_path / "zoo"
     zoo.mkdir()

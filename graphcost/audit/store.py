@@ -14,14 +14,13 @@ atomically (write to a temporary file, fsync, rename).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from graphcost.audit.rows import ROW_SCHEMA, canonical_json, row_line
+from graphcost.report.csv import csv_text
 
 RESULTS = "results.jsonl"
 TIMINGS = "timings.jsonl"
@@ -153,9 +152,6 @@ def csv_record(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def render_csv(rows: Iterable[Mapping[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for row in sorted(rows, key=lambda r: r["path"]):
-        w.writerow({k: ("" if v is None else v) for k, v in csv_record(row).items()})
-    return buf.getvalue()
+    """summary.csv: one row per model, sorted by path, through the report's one spreadsheet-safe CSV writer."""
+    records = [csv_record(r) for r in sorted(rows, key=lambda r: r["path"])]
+    return csv_text(CSV_COLUMNS, ([rec[k] for k in CSV_COLUMNS] for rec in records))

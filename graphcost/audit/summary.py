@@ -58,7 +58,8 @@ def summarize(rows: Iterable[Mapping[str, Any]], top: int = 10) -> dict[str, Any
         "schema": SUMMARY_SCHEMA,
         "models": len(rows),
         "ok": counts["ok"],
-        "failed": len(rows) - counts["ok"],
+        "failed": len(rows) - counts["ok"] - counts.get("skipped", 0),
+        "skipped": counts.get("skipped", 0),  # not a model (a FIFO, a device, a folder named .onnx): not a failure
         "partial": partial,
         "status_counts": counts,
         "totals": {**totals, "parameter_count": params},
@@ -80,8 +81,10 @@ def render_text(s: Mapping[str, Any], *, wall_s: float | None = None, analyze_s:
                 analyzed: int | None = None) -> str:
     lines = []
     counts = ", ".join(f"{k} {v}" for k, v in s["status_counts"].items() if v)
+    skipped = s.get("skipped", 0)
     lines.append(f"Audit: {s['models']} models — {s['ok']} ok ({s['partial']} partly costed), "
-                 f"{s['failed']} failed" + (f" [{counts}]" if s["failed"] else ""))
+                 f"{s['failed']} failed" + (f", {skipped} skipped" if skipped else "")
+                 + (f" [{counts}]" if s["failed"] or skipped else ""))
     if wall_s is not None and analyze_s is not None and analyzed is not None:
         rate = f", {analyzed / analyze_s:.2f} models/s" if analyze_s > 0 and analyzed else ""
         lines.append(f"  analyzed {analyzed} this run in {analyze_s:.2f} s{rate} "

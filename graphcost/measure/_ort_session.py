@@ -56,9 +56,30 @@ def session(model: str | bytes | os.PathLike[str], so: Any = None, providers: Se
         _default_logger_quiet = True
     so = options() if so is None else so
     so.log_severity_level = QUIET_SEVERITY
-    source = model if isinstance(model, bytes) else os.fspath(model)
+    source = model if isinstance(model, bytes) else _openable(os.fspath(model))
     with quiet():
         return ort.InferenceSession(source, so, providers=list(providers))
+
+
+def _openable(path: str) -> str | bytes:
+    """``path``, or the model's bytes when onnxruntime cannot take the name.
+
+    onnxruntime takes a path as UTF-8 text, and a POSIX file name that is not UTF-8 (kept by Python as lone
+    surrogates) fails its encode. Such a model is handed over as bytes, which only works when it names no
+    external data (ORT resolves those beside the model's path); otherwise the refusal says what to do.
+    """
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        pass
+    from graphcost.load import display_path, external_files, load
+
+    if external_files(load(path).proto, path):
+        raise ValueError(f"{display_path(path)}: onnxruntime cannot open a model whose file name is not UTF-8 "
+                         "when its weights are in external data files; rename it")
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def run(sess: Any, outputs: Sequence[str] | None, feeds: Mapping[str, Any]) -> list[Any]:
