@@ -266,3 +266,115 @@ def _qlinear_reduce_mean(node: onnx.NodeProto, ins: Sequence[TShape | None]) -> 
     norm = {a + rank if a < 0 else a for a in axes}
     out = [(1 if i in norm else d) for i, d in enumerate(x) if keep or i not in norm]
     return [(ins[0][0], out)]  # type: ignore[index]
+
+
+# ----------------------------------------------------------------- onnxruntime's quantizer and NHWC transformer
+
+
+@shape_rule(("DynamicQuantizeLSTM",), MS)
+def _dynamic_quantize_lstm(node: onnx.NodeProto, ins: Sequence[TShape | None]) -> list[TShape | None]:
+    """LSTM's outputs (no ``layout``: X is [seq, batch, input]); R is stored [dirs, hidden, 4·hidden]."""
+    x, r = _dims(ins[0]), _dims(ins[2]) if len(ins) > 2 else None
+    if x is None or len(x) != 3:
+        return [None, None, None]
+    hidden = _attr(node, "hidden_size")
+    hid: DimT = hidden if isinstance(hidden, int) else (r[1] if r is not None and len(r) == 3 else None)
+    dirs = 2 if _attr(node, "direction", "forward") == "bidirectional" else 1
+    elem = ins[0][0]  # type: ignore[index]
+    state: TShape = (elem, [dirs, x[1], hid])
+    return [(elem, [x[0], dirs, x[1], hid]), state, state]  # Y [seq, dirs, batch, hidden], Y_h, Y_c
+
+
+@shape_rule(("QEmbedLayerNormalization",), MS)
+def _qembed_layer_norm(node: onnx.NodeProto, ins: Sequence[TShape | None]) -> list[TShape | None]:
+    """layernorm_out [batch, seq, hidden] in the scales' float type; mask_index [batch] int32."""
+    ids, word = _dims(ins[0]), _dims(ins[2]) if len(ins) > 2 else None
+    scale = ins[8] if len(ins) > 8 else None
+    if ids is None or len(ids) != 2 or word is None or len(word) != 2:
+        return [None, None]
+    elem = scale[0] if scale is not None else FLOAT
+    return [(elem, [ids[0], ids[1], word[1]]), (onnx.TensorProto.INT32, [ids[0]])]
+
+
+@shape_rule(("QAttention",), MS)
+def _qattention(node: onnx.NodeProto, ins: Sequence[TShape | None]) -> list[TShape | None]:
+    """output [batch, seq, hidden] (hidden: a third of the weight's columns), float like input_scale;
+    present [2, batch, heads, past + seq, head_size] when past is given."""
+    x, w = _dims(ins[0]), _dims(ins[1]) if len(ins) > 1 else None
+    if x is None or len(x) != 3 or w is None or len(w) != 2:
+        return [None, None]
+    scale = ins[3] if len(ins) > 3 else None
+    elem = scale[0] if scale is not None else FLOAT
+    hidden: DimT = w[1] // 3 if isinstance(w[1], int) and w[1] % 3 == 0 else None
+    past = _dims(ins[8]) if len(ins) > 8 else None
+    present: TShape | None = None
+    if past is not None and len(past) == 5:
+        total: DimT = past[3] + x[1] if isinstance(past[3], int) and isinstance(x[1], int) else None
+        present = (elem, [2, x[0], past[2], total, past[4]])
+    return [(elem, [x[0], x[1], hidden]), present]
+
+
+@shape_rule(("QLinearWhere",), MS)
+def _qlinear_where(node: onnx.NodeProto, ins: Sequence[TShape | None]) -> list[TShape | None]:
+    """Inputs: condition, X, x_scale, x_zero_point, Y, y_scale, y_zero_point, z_scale, z_zero_point."""
+    c, x, y = _dims(ins[0]), _dims(ins[1]) if len(ins) > 1 else None, _dims(ins[4]) if len(ins) > 4 else None
+    if c is None or x is None or y is None:
+        return [None]
+    return [(ins[1][0], _broadcast(_broadcast(c, x), y))]  # type: ignore[index]
+
+
+def _to_nhwc(nchw: list[DimT]) -> list[DimT]:
+    return [nchw[0], *nchw[2:], nchw[1]]
+
+
+@shape_rule(("QLinearConv",), MS)
+def _ms_qlinear_conv(node: onnx.NodeProto, ins: Sequence[TShape | None]) -> list[TShape | None]:
+    """The com.microsoft QLinearConv: ai.onnx's, with ``channels_last`` (NHWC x and y; W stays [M, C/g, k...])."""
+    x, w = _dims(ins[0]), _dims(ins[3]) if len(ins) > 3 else None
+    if x is None or w is None or len(x) < 3 or not all(isinstance(k, int) for k in w[2:]):
+        return [None]
+    kernel = [int(k) for k in w[2:]]  # type: ignore[arg-type]
+    y_zp = ins[7] if len(ins) > 7 else None
+    elem = y_zp[0] if y_zp is not None else ins[0][0]  # type: ignore[index]
+    if _attr(node, "channels_last", 0):
+        return [(elem, _to_nhwc(_window_out(node, [x[0], x[-1], *x[1:-1]], kernel, w[0])))]
+    return [(elem, _window_out(node, x, kernel, w[0]))]
+
+
+@shape_rule(("NhwcMaxPool",), MS)
+def _nhwc_max_pool(node: onnx.NodeProto, ins: Sequence[TShape | None]) -> list[TShape | None]:
+    """MaxPool on an NHWC int8/uint8 tensor (onnxruntime's NHWC transformer writes it around QLinearConv)."""
+    x = _dims(ins[0])
+    kernel = _attr(node, "kernel_shape")
+    if x is None or len(x) < 3 or not isinstance(kernel, list):
+        return [None]
+    return [(ins[0][0], _to_nhwc(_window_out(node, [x[0], x[-1], *x[1:-1]], kernel, x[-1])))]  # type: ignore[index]
+
+
+@shape_rule(("GatherBlockQuantized",), MS)
+def _gather_block_quantized(node: onnx.NodeProto, ins: Sequence[TShape | None]) -> list[TShape | None]:
+    """Gather of packed rows: data's shape with ``gather_axis`` replaced by the indices' shape; uint8 data
+    packs 8 / bits values per byte along ``quantize_axis`` (the last axis), which unpacks to that many."""
+    data, idx = _dims(ins[0]), _dims(ins[1]) if len(ins) > 1 else None
+    scales = ins[2] if len(ins) > 2 else None
+    if data is None or idx is None or scales is None:
+        return [None]
+    rank = len(data)
+    gather = int(_attr(node, "gather_axis", 0))  # type: ignore[call-overload]
+    quant = int(_attr(node, "quantize_axis", 1))  # type: ignore[call-overload]
+    gather, quant = gather % rank, quant % rank
+    dims = list(data)
+    bits = int(_attr(node, "bits", 4))  # type: ignore[call-overload]
+    if ins[0][0] == onnx.TensorProto.UINT8 and bits in (2, 4):  # type: ignore[index]
+        packed = dims[quant]
+        dims[quant] = packed * (8 // bits) if isinstance(packed, int) else None  # 8 / bits values per byte
+    return [(scales[0], [*dims[:gather], *idx, *dims[gather + 1:]])]
+
+
+@shape_rule(("MatMulBnb4",), MS)
+def _matmul_bnb4(node: onnx.NodeProto, ins: Sequence[TShape | None]) -> list[TShape | None]:
+    a = _dims(ins[0])
+    n = _attr(node, "N")
+    if a is None or not isinstance(n, int):
+        return [None]
+    return [(ins[0][0], [*a[:-1], n])]  # type: ignore[index]

@@ -83,3 +83,91 @@ def test_qlinear_global_average_pool() -> None:
            y = DequantizeLinear(p, s, z) }""")
     assert r.totals.unknown_nodes == 0
     assert r.model.outputs[0].shape == (1, 16, 1, 1)
+
+
+# ----------------------------------------------------------------- onnxruntime's quantizer and NHWC transformer
+
+
+def test_dynamic_quantize_lstm_feeds_the_classifier() -> None:
+    """quantize_dynamic of torch LSTM + Linear: before the rule every node after the LSTM was unknown."""
+    r = analyze("""
+        g (float[seq,batch,16] x, int8[1,16,32] w, int8[1,8,32] rw, float[1] ws, int8[1] wz, float[1] rs,
+           int8[1] rz, float[8,10] fc) => (y) {
+           one = Constant<value = int64[1] {1}>()
+           h, hn, cn = com.microsoft.DynamicQuantizeLSTM<hidden_size = 8>(x, w, rw, , , , , , ws, wz, rs, rz)
+           hs = Squeeze(h, one)
+           y = MatMul(hs, fc) }""", seq=7, batch=2)
+    assert r.totals.unknown_nodes == 0
+    assert r.model.outputs[0].shape == ("seq", "batch", 10)
+    lstm = 7 * 2 * (16 * 4 * 8 + 8 * 4 * 8)  # seq·batch cells, input + recurrent projections of 4 gates
+    assert r.totals.macs == lstm + 7 * 2 * 8 * 10  # + the classifier
+
+
+def test_dynamic_quantize_lstm_hidden_from_r_and_bidirectional_states() -> None:
+    r = analyze("""
+        g (float[seq,batch,16] x, int8[2,16,32] w, int8[2,8,32] rw, float[2] ws, int8[2] wz, float[2] rs,
+           int8[2] rz) => (h, hn, cn) {
+           h, hn, cn = com.microsoft.DynamicQuantizeLSTM<direction = "bidirectional">(x, w, rw, , , , , , ws, wz,
+                                                                                      rs, rz) }""")
+    assert [o.shape for o in r.model.outputs] == [("seq", 2, "batch", 8), (2, "batch", 8), (2, "batch", 8)]
+
+
+def test_qembed_layer_norm_feeds_qattention() -> None:
+    """The transformers optimizer, then quantize_dynamic (onnxruntime's BERT recipe)."""
+    r = analyze("""
+        g (int32[batch,seq] ids, int32[batch,seq] mask, uint8[50,16] word, uint8[32,16] pos, uint8[16] gamma,
+           uint8[16] beta, float es, uint8 ez, int8[16,48] wt, float[48] bias, float xs, float wsc, uint8 xz,
+           int8 wz) => (y) {
+           e, mi = com.microsoft.QEmbedLayerNormalization(ids, , word, pos, , gamma, beta, mask, es, es, , es, es,
+                                                          ez, ez, , ez, ez)
+           qe, qs, qz = DynamicQuantizeLinear(e)
+           a = com.microsoft.QAttention<num_heads = 2>(qe, wt, bias, qs, wsc, mi, qz, wz)
+           y = Relu(a) }""", batch=2, seq=5)
+    assert r.totals.unknown_nodes == 0
+    assert r.model.outputs[0].shape == ("batch", "seq", 16)
+    proj = 2 * 5 * 16 * 48  # the QKV projection
+    core = 2 * 5 * 5 * 16 * 2  # Q·K^T and P·V over 2 heads of 8
+    assert r.totals.macs == proj + core
+
+
+def test_nhwc_qlinear_conv_and_max_pool() -> None:
+    """ORT_ENABLE_ALL on a quantized CNN: Transpose to NHWC, com.microsoft QLinearConv (channels_last) and
+    NhwcMaxPool, Transpose back. Before these rules everything from the first conv on was unknown."""
+    r = analyze("""
+        g (uint8[N,3,8,8] x, float s, uint8 z, int8[4,3,3,3] w, float ws, int8 wz) => (y) {
+           t = Transpose<perm = [0, 2, 3, 1]>(x)
+           c = com.microsoft.QLinearConv<channels_last = 1, pads = [1, 1, 1, 1]>(t, s, z, w, ws, wz, s, z)
+           p = com.microsoft.NhwcMaxPool<kernel_shape = [2, 2], strides = [2, 2]>(c)
+           y = Transpose<perm = [0, 3, 1, 2]>(p) }""", N=2)
+    assert r.totals.unknown_nodes == 0
+    assert r.model.outputs[0].shape == ("N", 4, 4, 4)
+    assert r.totals.macs == 2 * 8 * 8 * 4 * 3 * 3 * 3  # N·H·W·Cout outputs, Cin·3·3 MACs each
+
+
+def test_qlinear_where_broadcasts() -> None:
+    r = analyze("""
+        g (bool[N,1] c, uint8[N,8] x, float s, uint8 z, uint8[8] y0) => (y) {
+           q = com.microsoft.QLinearWhere(c, x, s, z, y0, s, z, s, z)
+           y = DequantizeLinear(q, s, z) }""", N=3)
+    assert r.totals.unknown_nodes == 0
+    assert r.model.outputs[0].shape == ("N", 8)
+
+
+def test_gather_block_quantized_unpacks_4_bit_rows() -> None:
+    """uint8 data holds two 4-bit values a byte along the quantized (last) axis."""
+    r = analyze("""
+        g (uint8[100,16] data, int64[batch,seq] idx, float[100,1] scales, float[32,8] w) => (y) {
+           e = com.microsoft.GatherBlockQuantized<block_size = 32>(data, idx, scales)
+           y = MatMul(e, w) }""", batch=2, seq=3)
+    assert r.totals.unknown_nodes == 0
+    assert r.model.outputs[0].shape == ("batch", "seq", 8)
+    assert r.totals.macs == 2 * 3 * 32 * 8
+
+
+def test_matmul_bnb4_output() -> None:
+    r = analyze("""
+        g (float[M,32] a, uint8[256] bq, float[32] absmax) => (y) {
+           m = com.microsoft.MatMulBnb4<K = 32, N = 16, block_size = 16, quant_type = 1>(a, bq, absmax)
+           y = Relu(m) }""", M=4)
+    assert r.totals.unknown_nodes == 0
+    assert r.model.outputs[0].shape == ("M", 16)

@@ -461,3 +461,39 @@ def ort_schema_default(domain: str, op: str, attr: str) -> object:
 def test_attribute_defaults_match_onnxruntime(domain: str, op: str, attr: str, assumed: object) -> None:
     """onnx.defs has no com.microsoft schemas, so the rules spell defaults out; they must be ORT's."""
     assert ort_schema_default(domain, op, attr) == assumed
+
+
+# ----------------------------------------------------------------- NHWC (onnxruntime's NHWC transformer)
+
+NHWC_MAX_POOL = """
+g (uint8[N,8,8,4] x) => (uint8[N,4,4,4] y) {
+  y = com.microsoft.NhwcMaxPool <kernel_shape = [2, 2], strides = [2, 2]> (x)
+}"""
+
+
+def test_nhwc_max_pool() -> None:
+    """Written beside NHWC QLinearConv at ORT_ENABLE_ALL on a quantized CNN: a compare per window element."""
+    n = symbol("N")
+    check(work(NHWC_MAX_POOL), 0, n * 4 * 4 * 4 * (2 * 2))  # N·H·W·C outputs, a 2×2 window each
+    run_in_ort(NHWC_MAX_POOL, N=2)
+    entry = lookup(MS, "NhwcMaxPool")
+    assert entry is not None and entry.kind is Kind.REDUCTION
+
+
+def test_nhwc_max_pool_refuses_a_zero_stride() -> None:
+    result = cost_of(HEADER + NHWC_MAX_POOL.replace("strides = [2, 2]", "strides = [0, 2]"))
+    assert isinstance(result, Unknown) and "strides=[0, 2]" in result.reason
+
+
+@pytest.mark.parametrize("domain, op, attr, assumed", [
+    (MS, "DynamicQuantizeLSTM", "direction", b"forward"),
+    (MS, "DynamicQuantizeLSTM", "clip", None),  # no default: absent means no clipping
+    (MS, "QLinearConv", "channels_last", 0),
+    (MS, "GatherBlockQuantized", "bits", 4),
+    (MS, "GatherBlockQuantized", "gather_axis", 0),
+    (MS, "GatherBlockQuantized", "quantize_axis", 1),
+    (MS, "NhwcMaxPool", "kernel_shape", None),  # required, as for MaxPool
+])
+def test_quantizer_op_defaults_match_onnxruntime(domain: str, op: str, attr: str, assumed: object) -> None:
+    """The defaults the new rules (rnn, quantized, _contrib_shapes) spell out are onnxruntime's."""
+    assert ort_schema_default(domain, op, attr) == assumed

@@ -15,7 +15,7 @@ import sympy
 from ophelp import cost_of
 
 from graphcost._dims import symbol
-from graphcost.ops import Kind, Work, lookup
+from graphcost.ops import Kind, Unknown, Work, lookup
 from graphcost.ops import quantized as q
 from graphcost.ops.microsoft import SOFTMAX_FLOPS_PER_ELEMENT
 
@@ -347,3 +347,81 @@ def test_registered_with_kinds() -> None:
         for op, kind in ops.items():
             entry = lookup(domain, op)
             assert entry is not None and entry.kind is kind, (domain, op)
+
+
+# ----------------------------------------------------------------- onnxruntime's quantizer and NHWC transformer
+
+QEMBED = """
+g (int32[batch,seq] ids, int32[batch,seq] seg, uint8[50,16] word, uint8[32,16] pos, uint8[4,16] segt,
+   uint8[16] gamma, uint8[16] beta, int32[batch,seq] mask, float ws, float ps, float ss, float gs, float bs,
+   uint8 wz, uint8 pz, uint8 sz, uint8 gz, uint8 bz) => (float[batch,seq,16] y, int32[batch] mi) {
+  y, mi = com.microsoft.QEmbedLayerNormalization (ids, seg, word, pos, segt, gamma, beta, mask,
+                                                  ws, ps, ss, gs, bs, wz, pz, sz, gz, bz)
+}"""
+
+
+def test_qembed_layer_norm_symbolic() -> None:
+    """The standard recipe (transformers optimizer, then quantize_dynamic) writes it for BERT's embeddings."""
+    from graphcost.ops.microsoft import LAYERNORM_FLOPS_PER_ELEMENT, LAYERNORM_FLOPS_PER_ROW
+
+    e, rows = b * s * 16, b * s  # output elements, normalized rows
+    flops = (
+        DEQUANT * 3 * e  # the gathered word, position and segment rows, dequantized
+        + DEQUANT * (16 + 16)  # gamma and beta, dequantized once
+        + e + e  # word + position, + segment
+        + LAYERNORM_FLOPS_PER_ELEMENT * e + LAYERNORM_FLOPS_PER_ROW * rows + e  # the layer norm, + beta
+        + b * s  # mask_index: one add per mask element
+    )
+    check(work(QEMBED), 0, flops)
+    run_in_ort(QEMBED, batch=2, seq=5)
+
+
+QLINEAR_WHERE = """
+g (bool[N,8] c, uint8[N,8] x, float xs, uint8 xz, uint8[8] y, float ys, uint8 yz, float zs, uint8 zz)
+  => (uint8[N,8] z) {
+  z = com.microsoft.QLinearWhere (c, x, xs, xz, y, ys, yz, zs, zz)
+}"""
+
+
+def test_qlinear_where_costs_the_requantization_only() -> None:
+    n = symbol("N")
+    flops = DEQUANT * n * 8 + DEQUANT * 8 + QUANT * n * 8  # dequantize X and Y, select (free), quantize Z
+    check(work(QLINEAR_WHERE), 0, flops)
+    run_in_ort(QLINEAR_WHERE, N=3)
+
+
+def test_qlinear_conv_channels_last() -> None:
+    """onnxruntime's NHWC transformer writes com.microsoft QLinearConv with channels_last = 1: x, y NHWC."""
+    weights = ", ".join(["1"] * 8 * 4 * 9)
+    body = f"""
+    g (uint8[N,6,6,4] x, float xs, float ws, float ys) => (uint8[N,4,4,8] y)
+      <uint8 xz = {{0}}, int8[8,4,3,3] w = {{{weights}}}, int8 wz = {{0}}, uint8 yz = {{128}}> {{
+      y = com.microsoft.QLinearConv <channels_last = 1> (x, xs, xz, w, ws, wz, ys, yz)
+    }}"""
+    n = symbol("N")
+    out = n * 4 * 4 * 8  # N·H·W·Cout
+    macs = out * 4 * 3 * 3  # Cin·kh·kw per output
+    check(work(body), macs, 2 * macs + ZP * n * 6 * 6 * 4 + ZP * 8 * 4 * 3 * 3 + REQUANT * out)
+    run_in_ort(body, N=2)
+
+
+@pytest.mark.parametrize("attrs, named", [
+    ("strides = [0, 0]", "strides=[0, 0]"),
+    ("dilations = [1, 0]", "dilations=[1, 0]"),
+    ("pads = [-1, 0, 0, 0]", "pads=[-1, 0, 0, 0]"),
+    ("kernel_shape = [3, 0]", "kernel_shape=[3, 0]"),
+    ("group = 0", "group=0"),
+    ("group = 3", "group=3"),  # divides neither the 4 input nor the 8 output channels
+])
+@pytest.mark.parametrize("op", ["QLinearConv", "com.microsoft.QLinearConv", "ConvInteger"])
+def test_integer_convs_refuse_invalid_window_attributes(op: str, attrs: str, named: str) -> None:
+    """As Conv does (``_window.py``): a spec-forbidden attribute gives an unknown naming it, not the number the
+    declared output shape would give (the old rules counted 8·4·4·4·9 MACs for a stride-0 conv)."""
+    args = "(x, w, xz, wz)" if op == "ConvInteger" else "(x, xs, xz, w, ws, wz, ys, yz)"
+    result = cost_of(HEADER + f"""
+    g (uint8[1,4,6,6] x, float xs, uint8 xz, int8[8,4,3,3] w, float ws, int8 wz, float ys, uint8 yz)
+      => (int32[1,8,4,4] y) {{
+      y = {op} <{attrs}> {args}
+    }}""")
+    assert isinstance(result, Unknown), result
+    assert named in result.reason

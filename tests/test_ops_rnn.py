@@ -153,3 +153,67 @@ def test_models_run_in_onnxruntime(op: str, gates: int, extra: str) -> None:
     assert y.shape == (seq, 2, batch, hid)
     w = work(model)
     assert same(w.macs, symbol("seq") * symbol("batch") * 2 * (inp + hid) * gates * hid)
+
+
+# ----------------------------------------------------------------- com.microsoft DynamicQuantizeLSTM
+
+MS_HEADER = '<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>'
+DQ_LSTM = MS_HEADER + """
+g (float[seq,batch,16] X, int8[2,16,32] W, int8[2,8,32] R, float[2,64] B, float[2] ws, int8[2] wz, float[2] rs,
+   int8[2] rz) => (float[seq,2,batch,8] Y, float[2,batch,8] Yh, float[2,batch,8] Yc) {
+  Y, Yh, Yc = com.microsoft.DynamicQuantizeLSTM <hidden_size = 8, direction = "bidirectional">
+                  (X, W, R, B, , , , , ws, wz, rs, rz)
+}"""
+
+
+def test_dynamic_quantize_lstm_is_lstm_plus_quantization() -> None:
+    """onnxruntime's quantize_dynamic turns LSTM into DynamicQuantizeLSTM: W [dirs, input, 4·hidden] and R
+    [dirs, hidden, 4·hidden] int8 (stored transposed), every product a dynamically quantized integer GEMM."""
+    from graphcost.ops import quantized as q
+
+    seq, batch = symbol("seq"), symbol("batch")
+    inp, hid, dirs = 16, 8, 2
+    cells = seq * batch * dirs
+    macs = cells * (inp * 4 * hid + hid * 4 * hid)  # the float LSTM's: input + recurrent projections, 4 gates
+    dynamic = q.MINMAX_FLOPS_PER_ELEMENT + q.QUANTIZE_FLOPS_PER_ELEMENT + q.ZERO_POINT_FLOPS_PER_ELEMENT
+    flops = (
+        2 * macs
+        + cells * 2 * 4 * hid  # Wb + Rb
+        + cells * 4 * hid  # gate activations
+        + cells * 3 * hid  # C_t = f⊙C + i⊙c
+        + cells * 2 * hid  # H_t = o⊙h(C_t)
+        + dynamic * dirs * seq * batch * inp  # X: range, quantize, zero point, once per direction
+        + dynamic * cells * hid  # H_{t-1}: the same before every recurrent product
+        + q.ZERO_POINT_FLOPS_PER_ELEMENT * (dirs * inp * 4 * hid + dirs * hid * 4 * hid)  # W, R zero points
+        + q.TO_FLOAT_FLOPS_PER_ELEMENT * cells * 2 * 4 * hid  # both int32 products scaled back to float
+    )
+    w = work(DQ_LSTM)
+    assert same(w.macs, macs) and same(w.flops, flops)
+    entry = lookup("com.microsoft", "DynamicQuantizeLSTM")
+    assert entry is not None and entry.kind is Kind.RECURRENT
+
+
+def test_dynamic_quantize_lstm_macs_equal_the_float_lstm() -> None:
+    """Same layer, float and quantized: the MACs agree (the weights' layout differs, not the products)."""
+    float_lstm = HEADER + """
+    g (float[seq,batch,16] X, float[2,32,16] W, float[2,32,8] R, float[2,64] B) => (float[seq,2,batch,8] Y) {
+      Y = LSTM <hidden_size = 8, direction = "bidirectional"> (X, W, R, B)
+    }"""
+    assert same(work(DQ_LSTM).macs, work(float_lstm).macs)
+
+
+def test_dynamic_quantize_lstm_runs_in_onnxruntime() -> None:
+    """The text model is real: onnxruntime runs it, with the declared output shapes."""
+    proto = onnx.parser.parse_model(DQ_LSTM)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {
+        "X": rng.standard_normal((5, 3, 16), dtype=np.float32),
+        "W": rng.integers(-100, 100, (2, 16, 32)).astype(np.int8),
+        "R": rng.integers(-100, 100, (2, 8, 32)).astype(np.int8),
+        "B": rng.standard_normal((2, 64), dtype=np.float32),
+        "ws": np.full(2, 0.01, np.float32), "wz": np.zeros(2, np.int8),
+        "rs": np.full(2, 0.01, np.float32), "rz": np.zeros(2, np.int8),
+    }
+    y, yh, yc = sess.run(None, feeds)
+    assert (y.shape, yh.shape, yc.shape) == ((5, 2, 3, 8), (2, 3, 8), (2, 3, 8))

@@ -1,4 +1,4 @@
-"""com.microsoft ops that onnxruntime's optimizers emit, and its NCHWc layout ops.
+"""com.microsoft ops that onnxruntime's optimizers emit, and its NCHWc and NHWC layout ops.
 
 Each fused op costs what its unfused subgraph would: a FusedConv is Conv + bias + Z add + one
 activation op per output element, an Attention node is its projections, scores, softmax and weighted
@@ -33,6 +33,7 @@ from __future__ import annotations
 from graphcost._dims import Dim, numel, prod, simplify_dim
 from graphcost._sym import sympy
 from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Unknown, Work, register_free, rule
+from graphcost.ops._window import invalid_window
 from graphcost.ops.conv import conv
 from graphcost.ops.linalg import gemm, matmul_macs
 
@@ -351,6 +352,16 @@ def nchwc_conv(n: NodeView) -> Work | Unknown:
 
 @rule("MaxPool", domain=NCHWC, kind=Kind.REDUCTION)
 def nchwc_max_pool(n: NodeView) -> Work:
+    return Work(flops=window_ops(n.out_numel(0), tuple(n.attr("kernel_shape"))))  # a compare per window element
+
+
+@rule("NhwcMaxPool", domain=MS, kind=Kind.REDUCTION)
+def nhwc_max_pool(n: NodeView) -> Work | Unknown:
+    """MaxPool on an NHWC int8/uint8 tensor (onnxruntime's NHWC transformer, beside QLinearConv): the layout
+    moves the channels, not the count. kernel_shape is required, as for MaxPool."""
+    invalid = invalid_window(n)
+    if invalid is not None:
+        return invalid
     return Work(flops=window_ops(n.out_numel(0), tuple(n.attr("kernel_shape"))))  # a compare per window element
 
 

@@ -23,6 +23,10 @@ The com.microsoft QLinear elementwise ops (QLinearAdd, QLinearSigmoid, QLinearAv
 costed as their definition: DequantizeLinear of every input element, the float op's own count,
 QuantizeLinear of every output element. onnxruntime runs some of them through 256-entry lookup
 tables or in fixed point, which is cheaper; this is the reference count, not the kernel's.
+
+QLinearConv and ConvInteger whose strides, dilations, kernel_shape, pads or group the spec forbids have an
+unknown cost naming the attribute (``_window.py``), as Conv has. com.microsoft QLinearConv may be NHWC
+(``channels_last = 1``, which onnxruntime's NHWC transformer sets): the channel axis is then the last one.
 """
 
 from __future__ import annotations
@@ -31,8 +35,16 @@ import numpy as np
 
 from graphcost._dims import Dim, numel, prod
 from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Unknown, Work, rule
+from graphcost.ops._window import invalid_group, invalid_window
 from graphcost.ops.linalg import matmul_macs
-from graphcost.ops.microsoft import MS, SOFTMAX_FLOPS_PER_ELEMENT, attention_core, exact_div, window_ops
+from graphcost.ops.microsoft import (
+    MS,
+    SOFTMAX_FLOPS_PER_ELEMENT,
+    attention_core,
+    embed_layer_norm,
+    exact_div,
+    window_ops,
+)
 
 QUANTIZE_FLOPS_PER_ELEMENT = 2
 DEQUANTIZE_FLOPS_PER_ELEMENT = 2
@@ -67,18 +79,37 @@ def _integer_product(macs: Dim, zero_points: Dim, *, out: Dim = 0, bias: bool = 
 # ----------------------------------------------------------------- integer products
 
 
+def _known_dim(n: NodeView, i: int, axis: int) -> Dim | None:
+    """Axis ``axis`` of input ``i`` when its shape is known (for the attribute checks only)."""
+    t = n.inputs[i] if i < len(n.inputs) else None
+    return t.shape[axis] if t is not None and t.shape is not None and len(t.shape) > abs(axis) else None
+
+
+def _invalid_conv(n: NodeView, x: int, w: int) -> Unknown | None:
+    """The first spec-forbidden window or group attribute of an integer convolution (x, w: input slots)."""
+    channel_axis = -1 if n.attr("channels_last", 0) else 1  # NHWC com.microsoft QLinearConv: channels last
+    channels = [("input channels", _known_dim(n, x, channel_axis)), ("output channels", _known_dim(n, w, 0))]
+    return invalid_window(n) or invalid_group(n, [(what, c) for what, c in channels if c is not None])
+
+
 @rule("QLinearConv", domain=MS, kind=Kind.COMPUTE)
 @rule("QLinearConv", kind=Kind.COMPUTE)
-def qlinear_conv(n: NodeView) -> Work:
+def qlinear_conv(n: NodeView) -> Work | Unknown:
     """Inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B."""
+    invalid = _invalid_conv(n, 0, 3)
+    if invalid is not None:
+        return invalid
     out = n.out_numel(0)
     return _integer_product(conv_macs(n.in_shape(3), out), _zero_points(n, (2, 0), (5, 3)), out=out,
                             bias=n.has_input(8), output_flops=REQUANTIZE_FLOPS_PER_ELEMENT)
 
 
 @rule("ConvInteger", kind=Kind.COMPUTE)
-def conv_integer(n: NodeView) -> Work:
+def conv_integer(n: NodeView) -> Work | Unknown:
     """Inputs: x, w, x_zero_point, w_zero_point; int32 output, no rescale."""
+    invalid = _invalid_conv(n, 0, 1)
+    if invalid is not None:
+        return invalid
     return _integer_product(conv_macs(n.in_shape(1), n.out_numel(0)), _zero_points(n, (2, 0), (3, 1)))
 
 
@@ -155,6 +186,23 @@ def qattention(n: NodeView) -> Work | Unknown:
     return proj + attention_core(batch, heads, seq, kv_len, hidden, hidden, masks=int(n.has_input(5)))
 
 
+@rule("QEmbedLayerNormalization", domain=MS, kind=Kind.NORMALIZATION)
+def qembed_layer_norm(n: NodeView) -> Work | Unknown:
+    """EmbedLayerNormalization over int8 tables: every gathered embedding element and gamma, beta dequantized.
+
+    Inputs as EmbedLayerNormalization's (input_ids, segment_ids, word, position, segment embeddings, gamma,
+    beta, mask), then each table's scale and zero point. The float part is EmbedLayerNormalization's count.
+    """
+    y = n.out_shape(0)  # [batch, seq, hidden]
+    e = numel(y)
+    tables = 3 if n.has_input(4) else 2  # word, position [and segment] rows gathered for every token
+    dequant = DEQUANTIZE_FLOPS_PER_ELEMENT * (
+        tables * e  # each gathered embedding element
+        + n.in_numel(5) + n.in_numel(6))  # gamma and beta, once per run
+    base = embed_layer_norm(n)
+    return base if isinstance(base, Unknown) else base + Work(flops=dequant)
+
+
 # ----------------------------------------------------------------- block-quantized weights
 
 
@@ -227,6 +275,15 @@ def qlinear_binary(n: NodeView) -> Work:
 @rule(("QLinearSigmoid", "QLinearLeakyRelu"), domain=MS, kind=Kind.ELEMENTWISE)
 def qlinear_activation(n: NodeView) -> Work:
     return _qlinear(n, n.out_numel(0), 0)  # the activation: one per element
+
+
+@rule("QLinearWhere", domain=MS, kind=Kind.ELEMENTWISE)
+def qlinear_where(n: NodeView) -> Work:
+    """Inputs: condition, X, x_scale, x_zero_point, Y, y_scale, y_zero_point, z_scale, z_zero_point.
+
+    The select is free, as Where is; what costs is dequantizing X and Y and quantizing Z.
+    """
+    return _qlinear(n, 0, 1, 4)
 
 
 @rule("QLinearSoftmax", domain=MS, kind=Kind.REDUCTION)

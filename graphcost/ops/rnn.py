@@ -30,12 +30,30 @@ One cell, per batch element and direction, following the formulas of the ONNX sp
     RNN (G = 1): H_t is the activated gate itself.
 
 Copying H_t into Y, Y_h and Y_c moves data and computes nothing.
+
+com.microsoft DynamicQuantizeLSTM (onnxruntime's ``quantize_dynamic`` of an LSTM) is the same cell with int8
+weights. Its inputs are LSTM's eight, then W_scale, W_zero_point, R_scale, R_zero_point; it has no ``layout``
+(X is ``[seq, batch, input]``) and its weights are stored transposed, W ``[dirs, input, 4·hidden]`` and R
+``[dirs, hidden, 4·hidden]``. onnxruntime runs each of the two products as a dynamically quantized integer
+GEMM, so beside the float cell (the same MACs, counted the same way) every operand is quantized on the fly
+and every product scaled back to float, with the per-element counts of ``quantized``::
+
+    X, once per direction (seq·batch·input)       range (2) + quantize (2) + its zero point (1) per element
+    H_{t-1}, every cell (hidden)                   range (2) + quantize (2) + its zero point (1) per element
+    W and R, once per run (all their elements)     their zero point (1) per element
+    both products, every cell (2·4·hidden)         int32 accumulator · (a_scale·w_scale) (1) per element
 """
 
 from __future__ import annotations
 
 from graphcost._dims import Dim
 from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Work, rule
+from graphcost.ops.quantized import (
+    MINMAX_FLOPS_PER_ELEMENT,
+    QUANTIZE_FLOPS_PER_ELEMENT,
+    TO_FLOAT_FLOPS_PER_ELEMENT,
+    ZERO_POINT_FLOPS_PER_ELEMENT,
+)
 
 LSTM_GATES = 4  # input, output, forget, cell
 GRU_GATES = 3  # update, reset, hidden
@@ -133,3 +151,34 @@ def gru(n: NodeView) -> Work:
 def rnn(n: NodeView) -> Work:
     input_size, hidden = _sizes(n)
     return _times(rnn_cell(input_size, hidden, bias=n.has_input(3), clip=_clip(n)), _cells(n))
+
+
+MS = "com.microsoft"
+DYNAMIC_QUANTIZE_FLOPS_PER_ELEMENT = (MINMAX_FLOPS_PER_ELEMENT + QUANTIZE_FLOPS_PER_ELEMENT
+                                      + ZERO_POINT_FLOPS_PER_ELEMENT)
+"""An activation quantized on the fly: its range, the quantization, then (x − zero point) in the product."""
+
+
+def dynamic_quantize_lstm_work(seq: Dim, batch: Dim, dirs: int, input_size: Dim, hidden: Dim, weights: Dim, *,
+                               bias: bool, clip: bool, peepholes: bool) -> Work:
+    """DynamicQuantizeLSTM over the whole sequence: the float LSTM's cells plus the quantization around its
+    two integer products (``weights``: elements of W and R together, each with its zero point once)."""
+    cells = seq * batch * dirs  # cell evaluations, as for LSTM
+    cell = lstm_cell(input_size, hidden, bias=bias, clip=clip, peepholes=peepholes)
+    quantize = (
+        DYNAMIC_QUANTIZE_FLOPS_PER_ELEMENT * dirs * seq * batch * input_size  # X, quantized for each direction
+        + DYNAMIC_QUANTIZE_FLOPS_PER_ELEMENT * cells * hidden  # H_{t-1}, quantized before every recurrent product
+        + ZERO_POINT_FLOPS_PER_ELEMENT * weights  # (W − W_zero_point), (R − R_zero_point), once per run
+        + TO_FLOAT_FLOPS_PER_ELEMENT * cells * 2 * LSTM_GATES * hidden  # both products scaled back to float
+    )
+    return _times(cell, cells) + Work(flops=quantize)
+
+
+@rule("DynamicQuantizeLSTM", domain=MS, kind=Kind.RECURRENT)
+def dynamic_quantize_lstm(n: NodeView) -> Work:
+    """Inputs: X [seq, batch, input], W [dirs, input, 4·hidden], R [dirs, hidden, 4·hidden], B, sequence_lens,
+    initial_h, initial_c, P, W_scale, W_zero_point, R_scale, R_zero_point (onnxruntime's contrib spec)."""
+    x, w, r = n.in_shape(0), n.in_shape(1), n.in_shape(2)
+    dirs = 2 if n.attr("direction", "forward") == "bidirectional" else 1  # forward / reverse: 1
+    return dynamic_quantize_lstm_work(x[0], x[1], dirs, w[1], r[1], n.in_numel(1) + n.in_numel(2),
+                                      bias=n.has_input(3), clip=_clip(n), peepholes=n.has_input(7))
