@@ -1,0 +1,493 @@
+"""Specialize a model to what is known before it runs: evaluate shape-computing subgraphs, take known If branches.
+
+Why: in a static export every shape-computing subgraph (window partition, computed Pad amounts) depends
+only on static shapes and constants, yet inference engines leave many of them unresolved::
+
+    x(1×56×56×96) ─ Shape ─ Gather ─ Div(7) ─ Concat ─┐
+                                                       Reshape ─ Transpose ─ Reshape ─ MatMul
+    x ────────────────────────────────────────────────┘
+
+Each such value is a few integers, so it is evaluated here exactly with numpy (``_shape_eval``), from
+known values only: small inline initializers, ``Constant`` nodes, the caller's ``input_values``, and the
+``Shape``/``Size`` of tensors whose type in ``types`` is fully static. Payloads stored outside the
+structure (``data_location == EXTERNAL``, which is how the loader leaves every large tensor) are never
+read: a value depending on one stays unknown.
+
+What the returned model looks like (a new proto; the input is never changed):
+
+- an evaluated node none of whose outputs is a graph output is dropped, and every value of it that a
+  remaining node (or a subgraph, by outer-scope reference) reads becomes an initializer of that name, so
+  inference sees a constant where it saw a computation; ``Constant`` nodes stay as they are;
+- a graph input given in ``input_values`` becomes an initializer holding that value (it is no longer an
+  input: the model is specialized to it);
+- an ``If`` whose condition is known is replaced by its taken branch, inlined where the If stood: the
+  branch's nodes are named ``<if>/<branch>/<node>`` (the names the costs pass gives body nodes), its values
+  keep their names unless one clashes with a name of the rest of the model (then ``<name>__<if>``), and
+  each If output becomes the branch's value of that name (or an Identity of it, when the branch returns an
+  outer value or returns one value twice). Shapes and costs then follow one branch;
+- all other nodes keep their names, order and attributes. Subgraphs are swept the same way, with the
+  values of the enclosing scopes known (a body's own inputs are not).
+
+One call is one sweep in graph order. New static shapes appear only after the next inference, so the
+caller alternates ``infer → specialize → infer`` (:func:`specialize_fully` does it with onnx's inference).
+
+Bounds: no tensor over ``_shape_eval.MAX_ELEMENTS`` elements is read or made, and one call evaluates at
+most :data:`TOTAL_ELEMENTS` elements in all (later nodes stay as they are). Everything walks lists in
+graph order, so the same input gives the same output bytes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from graphcost.passes import _shape_eval
+from graphcost.passes._shape_eval import MAX_ELEMENTS, NotEvaluable
+
+__all__ = ["TOTAL_ELEMENTS", "Specialization", "onnx_types", "specialize", "specialize_for_costs",
+           "specialize_fully", "specialize_model"]
+
+TOTAL_ELEMENTS = 1_000_000
+"""Most elements one sweep evaluates in all (outputs summed)."""
+
+_DEFAULT = ("", "ai.onnx")
+_PLUMBING = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL})
+_SCALARS = 8
+"""Stored tensors of other types are known values up to this many elements (weights are larger)."""
+_CONTROL = ("If", "Loop", "Scan", "SequenceMap")
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """What :func:`specialize_model` did, for the report."""
+
+    model: onnx.ModelProto
+    fixed_inputs: tuple[str, ...]
+    """Graph inputs replaced by the given values."""
+    folded: tuple[str, ...]
+    """Names of the nodes evaluated and dropped (their values are initializers now)."""
+    branches: tuple[tuple[str, str], ...]
+    """(If node, branch label) for each If replaced by its taken branch."""
+
+
+def specialize(proto: onnx.ModelProto, *, input_values: Mapping[str, np.ndarray] | None = None,
+               types: Mapping[str, onnx.TypeProto] | None = None) -> onnx.ModelProto:
+    """The model with known values folded and known If branches taken (one sweep; see the module doc)."""
+    return specialize_model(proto, input_values=input_values, types=types).model
+
+
+def specialize_for_costs(proto: onnx.ModelProto, *, input_values: Mapping[str, np.ndarray] | None = None,
+                         types: Mapping[str, onnx.TypeProto] | None = None) -> onnx.ModelProto:
+    """Only the If branches taken: every other node stays, inputs stay inputs.
+
+    Its node and value names are exactly those of :func:`specialize` on the same arguments, so types
+    inferred on the folded model apply by name to this one, whose node list is the one to cost."""
+    return specialize_model(proto, input_values=input_values, types=types, fold=False).model
+
+
+def specialize_model(proto: onnx.ModelProto, *, input_values: Mapping[str, np.ndarray] | None = None,
+                     types: Mapping[str, onnx.TypeProto] | None = None, fold: bool = True) -> Specialization:
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    opset = next((int(o.version) for o in out.opset_import if o.domain in _DEFAULT), 1)
+    values = _checked_values(out.graph, input_values or {})
+    sweep = _Sweep(opset=opset, types=types or {}, fold=fold, names=_all_names(out.graph),
+                   defined=_definitions(out.graph))
+    g = out.graph
+    known: dict[str, np.ndarray] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for vi in g.input:
+        s = _static_shape(vi.type)
+        if s is not None:
+            shapes[vi.name] = s
+    fixed: list[str] = []
+    for name, arr in values.items():
+        known[name] = arr
+        shapes[name] = arr.shape
+        fixed.append(name)
+    if fold and values:
+        _fix_inputs(g, values)
+    sweep.graph(g, known, shapes, body=False)
+    return Specialization(out, tuple(fixed), tuple(sweep.folded), tuple(sweep.branches))
+
+
+def specialize_fully(proto: onnx.ModelProto, *, input_values: Mapping[str, np.ndarray] | None = None,
+                     infer: Callable[[onnx.ModelProto], Mapping[str, onnx.TypeProto]] | None = None,
+                     max_rounds: int = 64) -> onnx.ModelProto:
+    """``infer → specialize`` until a sweep changes nothing (at most ``max_rounds``); ``infer`` defaults to
+    onnx's inference with data propagation. For tests and tools; the shapes pass drives its own rounds."""
+    infer = infer or onnx_types
+    current = specialize(proto, input_values=input_values, types=infer(proto))
+    for _ in range(max_rounds - 1):
+        nxt = specialize(current, types=infer(current))
+        if nxt == current:
+            break
+        current = nxt
+    return current
+
+
+def onnx_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Every value's type by onnx's inference (data propagation on), main graph and subgraphs, by name."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # an engine that fails gives no types, which only means fewer Shape nodes evaluate
+        return {}
+    out: dict[str, onnx.TypeProto] = {}
+    for g in _graphs(inferred.graph):
+        for seq in (g.input, g.value_info, g.output):
+            for vi in seq:
+                if vi.name not in out and vi.HasField("type"):
+                    out[vi.name] = vi.type
+    return out
+
+
+# ---------------------------------------------------------------------------- the sweep
+@dataclass
+class _Sweep:
+    opset: int
+    types: Mapping[str, onnx.TypeProto]
+    fold: bool
+    names: set[str]
+    """Every value and node name of the model: fresh names avoid these."""
+    defined: Counter[str]
+    """How often each value name is defined (node output, initializer, graph input) in the whole model."""
+    budget: int = TOTAL_ELEMENTS
+    folded: list[str] = field(default_factory=list)
+    branches: list[tuple[str, str]] = field(default_factory=list)
+
+    def graph(self, g: onnx.GraphProto, outer: Mapping[str, np.ndarray],
+              outer_shapes: Mapping[str, tuple[int, ...]], *, body: bool) -> None:
+        """Sweep one graph in place (``g`` belongs to the copy being built)."""
+        known = dict(outer)
+        shapes = dict(outer_shapes)
+        for t in g.initializer:
+            shapes[t.name] = tuple(int(d) for d in t.dims)
+            arr = _inline_value(t)
+            if arr is not None:
+                known[t.name] = arr
+        if body:  # a body's own inputs vary at run time, whatever an outer value of that name says
+            for vi in g.input:
+                known.pop(vi.name, None)
+                shapes.pop(vi.name, None)
+        # (node, its position in the graph as given: unnamed Ifs are named by it, as the Graph names them)
+        pending: list[tuple[onnx.NodeProto, int]] = [(n, k) for k, n in enumerate(g.node)]
+        kept: list[onnx.NodeProto] = []
+        evaluated: set[int] = set()  # positions in ``kept`` of evaluated nodes
+        while pending:
+            node, index = pending.pop(0)
+            if node.domain in _DEFAULT and node.op_type == "If":
+                branch = self._taken(node, known)
+                if branch is not None:
+                    name = node.name or f"If_{index}"
+                    pending[:0] = [(n, index) for n in self._inline(g, node, branch, name)]
+                    continue
+            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+                for a in node.attribute:
+                    for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                        self.graph(sub, known, shapes, body=True)
+                kept.append(node)
+                continue
+            outs = self._evaluate(node, known, shapes)
+            if outs is not None:
+                for name, arr in zip(node.output, outs, strict=False):
+                    if name:
+                        known[name] = arr
+                        shapes[name] = arr.shape
+                if node.op_type != "Constant":
+                    evaluated.add(len(kept))
+            kept.append(node)
+        if self.fold:
+            kept = self._drop_evaluated(g, kept, evaluated, known)
+        del g.node[:]
+        g.node.extend(kept)
+
+    def _evaluate(self, node: onnx.NodeProto, known: Mapping[str, np.ndarray],
+                  shapes: Mapping[str, tuple[int, ...]]) -> list[np.ndarray] | None:
+        if node.domain not in _DEFAULT or self.budget <= 0:
+            return None
+        op = node.op_type
+        try:
+            if op == "Constant":
+                arr = _constant_value(node)
+                return None if arr is None else [arr]
+            if op in ("Shape", "Size") and node.input and node.input[0] not in known:
+                shape = shapes.get(node.input[0])
+                if shape is None:
+                    shape = _static_shape(self.types.get(node.input[0]))
+                if shape is None:
+                    return None
+                attrs = _shape_eval.decode_attrs(node)
+                return [_shape_eval.shape_values(shape, attrs) if op == "Shape"
+                        else np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)]
+            if op not in _shape_eval.RULES or op in _CONTROL:
+                return None
+            ins: list[np.ndarray | None] = []
+            for name in node.input:
+                if not name:
+                    ins.append(None)
+                elif name in known:
+                    ins.append(known[name])
+                else:
+                    return None
+            attrs = _shape_eval.decode_attrs(node)
+            attrs["_outputs"] = len(node.output)
+            outs = _shape_eval.evaluate(op, ins, attrs, self.opset)
+        except NotEvaluable:
+            return None
+        if len(outs) < len([o for o in node.output if o]):
+            return None
+        size = sum(int(o.size) for o in outs)
+        if any(o.size > MAX_ELEMENTS for o in outs) or size > self.budget:
+            return None
+        self.budget -= size
+        return outs
+
+    def _drop_evaluated(self, g: onnx.GraphProto, kept: list[onnx.NodeProto], evaluated: set[int],
+                        known: Mapping[str, np.ndarray]) -> list[onnx.NodeProto]:
+        """Drop evaluated nodes that make no graph output; their values that are still read become initializers."""
+        outputs = {vi.name for vi in g.output}
+        drop = {k for k in evaluated if not any(o in outputs for o in kept[k].output)}
+        if not drop:
+            return kept
+        dropped_values = {o: k for k in sorted(drop) for o in kept[k].output if o}
+        remaining = [n for k, n in enumerate(kept) if k not in drop]
+        existing = {t.name for t in g.initializer}
+        for name in _reads(remaining, g):
+            if name in dropped_values and name not in existing and name in known:
+                g.initializer.append(onnx.numpy_helper.from_array(known[name], name))
+                existing.add(name)
+        for k in sorted(drop):
+            self.folded.append(kept[k].name or f"{kept[k].op_type}:{kept[k].output[0]}")
+        return remaining
+
+    # ------------------------------------------------------------------------ If with a known condition
+    def _taken(self, node: onnx.NodeProto, known: Mapping[str, np.ndarray]) -> str | None:
+        if not node.input or node.input[0] not in known:
+            return None
+        cond = known[node.input[0]]
+        if cond.size != 1:
+            return None
+        label = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+        return label if any(a.name == label and a.type == onnx.AttributeProto.GRAPH for a in node.attribute) else None
+
+    def _inline(self, g: onnx.GraphProto, node: onnx.NodeProto, label: str, if_name: str) -> list[onnx.NodeProto]:
+        """The taken branch's nodes, renamed for the parent; its initializers move to ``g``."""
+        branch = next(a.g for a in node.attribute if a.name == label)
+        self.branches.append((if_name, label))
+        local = [o for n in branch.node for o in n.output if o] + [t.name for t in branch.initializer]
+        local_set = set(local)
+        inside = _definitions(branch)
+        for a in node.attribute:  # the branch not taken goes away with the If
+            if a.type == onnx.AttributeProto.GRAPH and a.name != label:
+                inside.update(_definitions(a.g))
+        rename: dict[str, str] = {}
+        identities: list[tuple[str, str]] = []  # (branch value, If output)
+        for k, vi in enumerate(branch.output):
+            target = node.output[k] if k < len(node.output) else ""
+            if not target:
+                continue
+            if vi.name in local_set and vi.name not in rename:
+                rename[vi.name] = target
+            else:
+                identities.append((vi.name, target))
+        for name in local:
+            if name not in rename and self.defined[name] > inside[name]:
+                rename[name] = self._fresh(f"{name}__{if_name}")
+        self.names.update(rename.values())
+        self.defined.update(rename.values())
+        for t in branch.initializer:
+            moved = onnx.TensorProto()
+            moved.CopyFrom(t)
+            moved.name = rename.get(t.name, t.name)
+            g.initializer.append(moved)
+        prefix = f"{if_name}/{label}/"
+        nodes: list[onnx.NodeProto] = []
+        for j, n in enumerate(branch.node):
+            m = onnx.NodeProto()
+            m.CopyFrom(n)
+            m.name = prefix + (n.name or f"{n.op_type}_{j}")
+            _rename_values(m, rename)
+            nodes.append(m)
+        for k, (src, target) in enumerate(identities):
+            nodes.append(onnx.helper.make_node("Identity", [rename.get(src, src)], [target],
+                                               name=f"{prefix}output_{k}"))
+        return nodes
+
+    def _fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.names:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
+
+def _rename_values(node: onnx.NodeProto, rename: Mapping[str, str]) -> None:
+    """Rename references in a node and, for outer-scope reads, in its subgraphs."""
+    if not rename:
+        return
+    for i, name in enumerate(node.input):
+        if name in rename:
+            node.input[i] = rename[name]
+    for i, name in enumerate(node.output):
+        if name in rename:
+            node.output[i] = rename[name]
+    for a in node.attribute:
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                    list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+            for inner in sub.node:
+                _rename_values(inner, rename)
+            for vi in sub.output:
+                if vi.name in rename:
+                    vi.name = rename[vi.name]
+
+
+# ---------------------------------------------------------------------------- helpers
+def _checked_values(g: onnx.GraphProto, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The given input values as arrays of each input's declared type; ValueError naming the input otherwise."""
+    inputs = {vi.name: vi for vi in g.input}
+    out: dict[str, np.ndarray] = {}
+    for name in sorted(values):
+        vi = inputs.get(name)
+        if vi is None:
+            raise ValueError(f"input value for {name!r}: the model has no graph input of that name "
+                             f"(inputs: {', '.join(sorted(inputs)) or 'none'})")
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is None or tt.elem_type in (0, onnx.TensorProto.STRING):
+            raise ValueError(f"input value for {name!r}: the input is not a numeric tensor")
+        arr = np.asarray(values[name])
+        if arr.size > MAX_ELEMENTS:
+            raise ValueError(f"input value for {name!r}: {arr.size} elements, more than the {MAX_ELEMENTS} allowed")
+        try:
+            arr = arr.astype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"input value for {name!r}: cannot be read as the input's type ({e})") from None
+        if tt.HasField("shape"):
+            declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if arr.ndim == 0 and len(declared) == 1 and declared[0] in (None, 1):
+                arr = arr.reshape(1)  # a scalar given for a [1] input
+            if len(declared) != arr.ndim or any(d is not None and d != s for d, s in zip(declared, arr.shape,
+                                                                                        strict=True)):
+                shown = "x".join("?" if d is None else str(d) for d in declared) or "scalar"
+                raise ValueError(f"input value for {name!r}: shape {list(arr.shape)} does not fit the input's "
+                                 f"declared shape {shown}")
+        out[name] = arr
+    return out
+
+
+def _fix_inputs(g: onnx.GraphProto, values: Mapping[str, np.ndarray]) -> None:
+    """Fixed inputs become initializers (replacing an IR<4 default of the same name)."""
+    kept = [vi for vi in g.input if vi.name not in values]
+    del g.input[:]
+    g.input.extend(kept)
+    inits = [t for t in g.initializer if t.name not in values]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    for name in sorted(values):
+        g.initializer.append(onnx.numpy_helper.from_array(values[name], name))
+
+
+def _static_shape(t: onnx.TypeProto | None) -> tuple[int, ...] | None:
+    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    dims: list[int] = []
+    for d in t.tensor_type.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        dims.append(int(d.dim_value))
+    return tuple(dims)
+
+
+def _numel(dims: object) -> int:
+    n = 1
+    for d in dims:  # type: ignore[attr-defined]
+        n *= int(d)
+    return n
+
+
+def _inline_value(t: onnx.TensorProto) -> np.ndarray | None:
+    """A stored tensor's value when it is shape plumbing, inline and small; never reads external data.
+
+    Plumbing is what ``graph.py`` calls it: int64, int32 and bool tensors, and scalars of any type (an
+    epsilon, a scale). Other tensors are weights: a node over them does real work that must stay costed
+    (a Cast or Transpose of a weight), so they are never known values here."""
+    if t.data_location == onnx.TensorProto.EXTERNAL or t.external_data or _numel(t.dims) > MAX_ELEMENTS:
+        return None
+    if t.data_type not in _PLUMBING and _numel(t.dims) > _SCALARS:
+        return None
+    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    try:
+        return onnx.numpy_helper.to_array(t)
+    except Exception:  # a malformed payload is simply not a known value
+        return None
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for a in node.attribute:
+        if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+            return _inline_value(a.t)
+        if a.name == "value_int":
+            return np.array(a.i, dtype=np.int64)
+        if a.name == "value_ints":
+            return np.array(list(a.ints), dtype=np.int64) if len(a.ints) <= MAX_ELEMENTS else None
+        if a.name == "value_float":
+            return np.array(a.f, dtype=np.float32)
+        if a.name == "value_floats":
+            return np.array(list(a.floats), dtype=np.float32) if len(a.floats) <= _SCALARS else None
+    return None
+
+
+def _graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    yield from _graphs(sub)
+
+
+def _all_names(g: onnx.GraphProto) -> set[str]:
+    names: set[str] = set()
+    for sub in _graphs(g):
+        names.update(vi.name for vi in sub.input)
+        names.update(vi.name for vi in sub.output)
+        names.update(t.name for t in sub.initializer)
+        for n in sub.node:
+            names.update(n.input)
+            names.update(n.output)
+            if n.name:
+                names.add(n.name)
+    names.discard("")
+    return names
+
+
+def _definitions(g: onnx.GraphProto) -> Counter[str]:
+    """How often each value name is defined in ``g`` and its subgraphs."""
+    out: Counter[str] = Counter()
+    for sub in _graphs(g):
+        out.update(vi.name for vi in sub.input)
+        out.update(t.name for t in sub.initializer)
+        out.update(o for n in sub.node for o in n.output if o)
+    return out
+
+
+def _reads(nodes: list[onnx.NodeProto], g: onnx.GraphProto) -> list[str]:
+    """Names the nodes read, their subgraphs included (outer-scope reads), and the graph's outputs, in order."""
+    out: list[str] = []
+    for n in nodes:
+        out.extend(n.input)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                        list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                for inner in _graphs(sub):
+                    for m in inner.node:
+                        out.extend(m.input)
+                    out.extend(vi.name for vi in inner.output)
+    out.extend(vi.name for vi in g.output)
+    return out
