@@ -42,6 +42,8 @@ def _default_jobs() -> int:
 
 
 def register(subparsers: Any, hardware_flags: Any) -> None:
+    from graphcost.cli import model_flags
+
     p = subparsers.add_parser(
         NAME, help="analyze every model in folders: parallel, isolated, resumable",
         description="Analyze every .onnx model under the given folders, each in its own worker process with a "
@@ -51,8 +53,7 @@ def register(subparsers: Any, hardware_flags: Any) -> None:
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help="models analyzed at once (default: the CPUs this process may use)")
     hardware_flags(p)
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic dim in every model that declares it (repeatable)")
+    model_flags(p)  # a dim, input shape or input value applies to every model that has it
     p.add_argument("--out", default="graphcost-audit", metavar="DIR",
                    help="output folder: results.jsonl, summary.csv, summary.json (default ./graphcost-audit)")
     p.add_argument("--resume", action="store_true", help="continue the audit in OUT, skipping models already done")
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from graphcost.audit import AuditError, AuditOptions, run_audit
     from graphcost.audit.summary import render_text
     from graphcost.audit.worker import spec_to_dict
-    from graphcost.cli import CliError, parse_dims, resolve_hardware
+    from graphcost.cli import CliError, parse_model_flags, resolve_hardware
 
     jobs = _default_jobs() if args.jobs is None else args.jobs
     if jobs < 1:
@@ -114,10 +115,12 @@ def run(args: argparse.Namespace) -> int:
         memory = parse_size(args.memory_limit)
     except ValueError as e:
         raise CliError(str(e)) from None
+    flags = parse_model_flags(args)
     _check_out(args.out, args.paths, args.hardware)
     opts = AuditOptions(
         paths=args.paths, out_dir=args.out, hardware=spec_to_dict(resolve_hardware(args)),
-        dims=parse_dims(args.dim), capacity=not args.no_capacity, jobs=jobs, timeout_s=args.timeout or None,
+        dims=flags.dims, input_shapes=flags.input_shapes, input_values=flags.input_values,
+        capacity=not args.no_capacity, jobs=jobs, timeout_s=args.timeout or None,
         memory_bytes=memory, resume=args.resume, retry_failed=args.retry_failed, scheduler=args.scheduler,
         top=args.top, hook=os.environ.get(HOOK_ENV) or None)
     previous = signal.signal(signal.SIGTERM, _terminate)  # so the children are killed on the way out

@@ -11,9 +11,10 @@ error (a row measured faster than its bound); 2 bad input, one line on stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,10 @@ EXIT_ACCOUNTING = 1
 
 
 def add_measure_flags(p: argparse.ArgumentParser) -> None:
+    from graphcost.cli import model_flags
+
     p.add_argument("model", help="an .onnx file, or ref:FRAMEWORK/ARCH (e.g. ref:torch/cnn) for a reference model")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic dim for the inputs and the bounds (unbound dims are 1)")
+    model_flags(p)
     p.add_argument("--batch", type=int, default=None, metavar="N", help="shorthand for --dim batch=N")
     p.add_argument("--provider", default="cpu", help="onnxruntime execution provider: cpu (default), cuda, tensorrt")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="intra-op threads (default: ORT's)")
@@ -67,11 +69,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
-    from graphcost.cli import CliError, parse_dims, resolve_hardware
+    from graphcost.cli import CliError, parse_model_flags, resolve_hardware
 
-    dims = parse_dims(args.dim)
+    flags = parse_model_flags(args)
     if args.batch is not None:
-        dims["batch"] = args.batch
+        flags = dataclasses.replace(flags, dims={**flags.dims, "batch": args.batch})
+    dims = flags.dims
     for flag, v in (("--warmup", args.warmup), ("--repeats", args.repeats)):
         if v < (0 if flag == "--warmup" else 1):
             raise CliError(f"{flag} {v}: must be ≥ {0 if flag == '--warmup' else 1}")
@@ -93,9 +96,12 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
         args.hardware = "measured"  # a measurement on this machine is bounded by its measured roofs
     with tempfile.TemporaryDirectory(prefix="graphcost-bench-") as tmp:
         path, native_model = _resolve_model(args.model, Path(tmp), dims)
+        analysis = flags.analysis(str(path))  # validated, shapes, costs, dims checked: the front door
+        binding, feeds = _run_inputs(analysis, native_model, args, flags.input_values)
+        _check_bounded(analysis, path, feeds, bool(flags.input_values))  # before roofs are measured (30 s)
         hw = resolve_hardware(args) if gap else None
-        dims, inputs = _complete_binding(path, dims, native_model)
-        ort_run = _run_ort(path, dims, args, inputs)
+        run_dims = {d: v for d, v in binding.values.items() if d in analysis.input_dims or d in binding.user}
+        ort_run = _run_ort(path, run_dims, args, feeds)
         natives = _run_natives(native_model, ort_run, args) if args.native else []
         if gap:
             from graphcost import gap_report
@@ -105,12 +111,15 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
             try:
                 report = gap_report.build(str(path), ort_run, hardware=hw, natives=natives,
                                           budget_ms=args.budget_ms, sustained_clock=args.sustained_clock,
-                                          residency=args.residency, label=args.model)
+                                          residency=args.residency, label=args.model,
+                                          input_values=flags.input_values)
             except ValueError as e:
                 raise CliError(str(e).splitlines()[0]) from None
             text = report.to_json() + "\n" if args.format == "json" else gap_text.render(report, top=args.top)
+            _say_binding(analysis, binding)  # only now: a failed run says one line, not a warning too
             _write(args, text)
             return EXIT_ACCOUNTING if report.errors else 0
+        _say_binding(analysis, binding)
         _write(args, _bench_json(ort_run, natives, args.model) if args.format == "json"
                else _bench_text(ort_run, natives, args.model))
         return 0
@@ -148,42 +157,66 @@ def _resolve_model(spec: str, tmp: Path, dims: dict[str, int]) -> tuple[Path, An
     return out, model
 
 
-def _complete_binding(path: Path, dims: dict[str, int], native: Any) -> tuple[dict[str, int], Any]:
-    """Every input dim bound: a ref model's own example shapes (ORT then runs on the very inputs the native
-    framework gets), else ``DEFAULT_DIM_VALUE`` for dims nobody bound, with a warning on stderr (as analyze)."""
-    from graphcost.api import DEFAULT_DIM_VALUE
-    from graphcost.load import load
+def _run_inputs(analysis: Any, native: Any, args: argparse.Namespace, values: Mapping[str, Any]
+                ) -> tuple[Any, dict[str, Any]]:
+    """The run binding (``Analysis.run_binding``: a ref model's own example shapes count as known sizes, so ORT runs
+    on the very inputs the native framework gets) and the arrays to feed: the ref model's inputs when they fit
+    the binding, else ``graphcost.measure.make_inputs`` under it, with ``--input-value`` inputs as given."""
+    from graphcost.cli import analysis_error
+    from graphcost.measure.inputs import make_inputs
 
-    graph = load(path).graph()
-    named: dict[str, None] = {}
-    for name in graph.input_names:
-        tensor = graph.tensor(name)
-        for d in (tensor.shape or ()) if tensor is not None else ():
-            if not isinstance(d, int):
-                named[str(d)] = None
-    unknown = sorted(set(dims) - set(named))
-    if unknown:
-        from graphcost.cli import CliError
-
-        raise CliError(f"--dim {unknown[0]}: the model's inputs have no dim of that name (their dims: "
-                       f"{', '.join(named) or 'none, all input shapes are static'})")
-    out = dict(dims)
-    inputs = None
+    sizes: dict[str, int] = {}
     if native is not None:
         for name, axes in native.dynamic.items():
             for axis, dim in axes.items():
                 if name in native.inputs:
-                    out.setdefault(dim, int(native.inputs[name].shape[axis]))
-        if set(native.inputs) == set(graph.input_names) and all(
-                int(native.inputs[n].shape[a]) == out.get(d) for n, axes in native.dynamic.items()
-                for a, d in axes.items() if n in native.inputs):
-            inputs = dict(native.inputs)
-    missing = [d for d in named if d not in out]
-    if missing:
-        print(f"graphcost: warning: unbound dims {', '.join(f'{d}={DEFAULT_DIM_VALUE}' for d in missing)} "
-              "(bind them with --dim NAME=VALUE)", file=sys.stderr)
-        out.update({d: DEFAULT_DIM_VALUE for d in missing})
-    return out, inputs
+                    sizes.setdefault(dim, int(native.inputs[name].shape[axis]))
+    try:
+        binding = analysis.run_binding(sizes)
+    except ValueError as e:
+        raise analysis_error(e, args.model) from None
+    out = binding.as_dict()
+    graph = analysis.model.graph()
+    if native is not None and set(native.inputs) == set(graph.input_names) and all(
+            int(native.inputs[n].shape[a]) == out.get(d) for n, axes in native.dynamic.items()
+            for a, d in axes.items() if n in native.inputs):
+        feeds = dict(native.inputs)
+    else:
+        source = analysis.graph if analysis.input_shapes else graph  # --input-shape: the analysed input shapes
+        try:
+            feeds = make_inputs(source, out, seed=args.seed)
+        except ValueError as e:
+            raise analysis_error(e, args.model) from None
+    feeds.update(analysis.input_values)
+    return binding, feeds
+
+
+def _check_bounded(analysis: Any, path: Path, feeds: Mapping[str, Any], specialized: bool) -> None:
+    """Refuse a model whose loops may not end (``graphcost.measure._bounded``), on the file's own graph."""
+    from graphcost.cli import CliError
+    from graphcost.load import display_path, load
+    from graphcost.measure._bounded import RunRefused, check_bounded
+
+    model = load(path) if specialized else analysis.model  # the run executes the file, not its specialization
+    try:
+        check_bounded(model.proto, feeds, base_dir=model.base_dir)
+    except RunRefused as e:
+        raise CliError(f"{display_path(path)}: {e}") from None
+
+
+def _say_binding(analysis: Any, binding: Any) -> None:
+    """After a run that worked: which input dims took 1 (a warning) and which took a size the model states."""
+    from graphcost.binding import DEFAULT_DIM_VALUE
+    from graphcost.report.escape import terminal_text
+
+    defaulted = [d for d in analysis.input_dims if d in binding.defaulted]
+    if defaulted:
+        shown = ", ".join(f"{d}={DEFAULT_DIM_VALUE}" for d in defaulted)
+        print(terminal_text(f"graphcost: warning: unbound dims {shown} (bind them with --dim NAME=VALUE)"),
+              file=sys.stderr)
+    if binding.taken:
+        shown = ", ".join(f"{d}={binding.values[d]} ({where})" for d, where in binding.taken.items())
+        print(terminal_text(f"graphcost: note: sizes the model states: {shown}"), file=sys.stderr)
 
 
 def _run_ort(path: Path, dims: dict[str, int], args: argparse.Namespace, inputs: Any = None) -> Any:

@@ -11,6 +11,8 @@ NAME = "diff"
 
 
 def register(subparsers: Any, hardware_flags: Any) -> None:
+    from graphcost.cli import model_flags
+
     p = subparsers.add_parser(
         NAME, help="compare two models: totals, op counts, parameters, I/O, node by node",
         description="Analyze two models with the same settings and show what changed: FLOPs, MACs, bytes, bound "
@@ -19,27 +21,24 @@ def register(subparsers: Any, hardware_flags: Any) -> None:
     p.add_argument("a", metavar="A.onnx")
     p.add_argument("b", metavar="B.onnx")
     hardware_flags(p)
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic dim in each model that declares it (repeatable)")
+    model_flags(p)  # a dim, input shape or input value applies to each model that has it
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--top", type=int, default=20, metavar="N", help="nodes listed per section (text)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphcost.cli import CliError, parse_dims, resolve_hardware
+    from graphcost.cli import CliError, analysis_error, parse_model_flags, resolve_hardware
     from graphcost.diff import diff_models, render_text
-    from graphcost.load import LoadError
 
     if args.top < 0:
         raise CliError("--top must be ≥ 0")
-    dims = parse_dims(args.dim)
+    flags = parse_model_flags(args)
     hw = resolve_hardware(args)
     try:
-        d = diff_models(args.a, args.b, hardware=hw, dims=dims, capacity=not args.no_capacity)
-    except LoadError as e:
-        raise CliError(str(e)) from None
-    except ValueError as e:
-        raise CliError(str(e).splitlines()[0]) from None
+        d = diff_models(args.a, args.b, hardware=hw, dims=flags.dims, capacity=not args.no_capacity,
+                        input_shapes=flags.input_shapes, input_values=flags.input_values)
+    except Exception as e:
+        raise analysis_error(e, None) from None
     if args.format == "json":
         from graphcost.audit.rows import finite
 

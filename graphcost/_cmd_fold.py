@@ -17,6 +17,8 @@ EXIT_MISMATCH = 1
 
 
 def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+    from graphcost.cli import model_flags
+
     p = subparsers.add_parser(
         NAME, help="fold BatchNormalization into Conv/Gemm/MatMul, verified in onnxruntime",
         description="Fold every foldable BatchNormalization into its neighbouring Conv, ConvTranspose, Gemm or "
@@ -24,11 +26,10 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
                     "only if they agree. Refused BNs are listed with the reason.")
     p.add_argument("model", help="path to an .onnx file (never modified)")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="where to write the folded model")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind an input dim for the numbers and the verification inputs (unbound dims are 1)")
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of the check (default 1e-4)")
     p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance of the check (default 1e-5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random verification inputs")
+    model_flags(p)
     hardware_flags(p)
 
 
@@ -49,46 +50,53 @@ def _check_output(model: str, output: str, hardware: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphcost.cli import CliError, parse_dims, resolve_hardware
+    from graphcost.cli import CliError, analysis_error, parse_model_flags, resolve_hardware
     from graphcost.fold import FoldError, FoldMismatch, fold_model
-    from graphcost.load import LoadError
+    from graphcost.load import LoadError, display_path
     from graphcost.passes.batchnorm import time_saved_s
+    from graphcost.report.escape import terminal_text
     from graphcost.report.units import bytes_, seconds, si
 
-    dims = parse_dims(args.dim)
+    flags = parse_model_flags(args)
     for flag, value in (("--rtol", args.rtol), ("--atol", args.atol)):
         if not value >= 0:
             raise CliError(f"{flag} {value}: must be ≥ 0")
     _check_output(args.model, args.output, args.hardware)
     hw = resolve_hardware(args)
     try:
-        result = fold_model(args.model, args.output, dims=dims, rtol=args.rtol, atol=args.atol, seed=args.seed)
+        result = fold_model(args.model, args.output, dims=flags.dims, input_shapes=flags.input_shapes,
+                            input_values=flags.input_values, rtol=args.rtol, atol=args.atol, seed=args.seed)
     except (LoadError, FoldError) as e:
         raise CliError(str(e).splitlines()[0]) from None
     except FoldMismatch as e:
-        print(f"graphcost: {args.model}: verification failed, nothing written: {e}", file=sys.stderr)
+        print(terminal_text(f"graphcost: {display_path(args.model)}: verification failed, nothing written: {e}"),
+              file=sys.stderr)
         return EXIT_MISMATCH
+    except ValueError as e:  # a dim the model lacks or a run cannot default, an invalid model
+        raise analysis_error(e, args.model) from None
 
-    out = sys.stdout
+    lines: list[str] = []
     total = len(result.folded) + len(result.refused)
-    out.write(f"folded {len(result.folded)} of {total} BatchNormalization nodes: {args.model} -> {args.output}\n")
+    lines.append(f"folded {len(result.folded)} of {total} BatchNormalization nodes: {display_path(args.model)} -> "
+                 f"{display_path(args.output)}")
     for f in result.folded:
-        out.write(f"  {f.batchnorm} -> {f.into} ({f.into_op}, {f.direction})\n")
+        lines.append(f"  {f.batchnorm} -> {f.into} ({f.into_op}, {f.direction})")
     if result.refused:
-        out.write(f"refused {len(result.refused)}:\n")
+        lines.append(f"refused {len(result.refused)}:")
         for r in result.refused:
-            out.write(f"  {r.batchnorm}: {r.reason}\n")
+            lines.append(f"  {r.batchnorm}: {r.reason}")
     binding = result.binding
     shown = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
     at = f" at {shown}" if shown else ""
     flops = result.flops_saved
     time_s = time_saved_s(result.analysis, hw, binding)
-    out.write(f"saved{at}: {bytes_(result.bytes_saved)} of memory traffic, "
-              f"{si(flops, 'FLOP')}, {seconds(time_s)} on {hw.name}\n")
-    out.write(f"  (time = Σ over folded BNs of max(bytes / {si(hw.memory_bandwidth, 'B/s')}, "
-              "FLOPs / peak for the BN's dtype), net of any bias the fold adds)\n")
+    lines.append(f"saved{at}: {bytes_(result.bytes_saved)} of memory traffic, "
+                 f"{si(flops, 'FLOP')}, {seconds(time_s)} on {hw.name}")
+    lines.append(f"  (time = Σ over folded BNs of max(bytes / {si(hw.memory_bandwidth, 'B/s')}, "
+                 "FLOPs / peak for the BN's dtype), net of any bias the fold adds)")
     if result.bytes_saved is None or result.flops_saved is None:
-        out.write("  (a folded BN has an unknown shape, so its saving is shown as ?)\n")
-    out.write(f"verified in onnxruntime on random inputs{at}: max |diff| {result.max_abs_diff:.3g}, "
-              f"max |diff| / max|output| {result.max_rel_diff:.3g} (rtol {args.rtol:g}, atol {args.atol:g})\n")
+        lines.append("  (a folded BN has an unknown shape, so its saving is shown as ?)")
+    lines.append(f"verified in onnxruntime on random inputs{at}: max |diff| {result.max_abs_diff:.3g}, "
+                 f"max |diff| / max|output| {result.max_rel_diff:.3g} (rtol {args.rtol:g}, atol {args.atol:g})")
+    sys.stdout.write("".join(terminal_text(line) + "\n" for line in lines))  # names from the model: escaped
     return 0

@@ -22,6 +22,8 @@ NAME = "fusion"
 
 
 def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+    from graphcost.cli import model_flags
+
     p = subparsers.add_parser(
         NAME, help="ideal fusion groups, and how onnxruntime's fusions compare",
         description="Group nodes into the kernels an ideal fusing compiler would run; with --against ort, "
@@ -31,9 +33,8 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
                    help="compare with onnxruntime's optimizer at LEVEL basic, extended or all (default: all, "
                         "ORT's own default)")
     p.add_argument("--policy", default="ideal", metavar="NAME", help="fusion policy: ideal (default) or none")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic dim (repeatable), e.g. --dim batch=8 --dim seq=512")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    model_flags(p)
     hardware_flags(p)
 
 
@@ -54,25 +55,16 @@ def parse_against(value: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphcost.cli import CliError, parse_dims, resolve_hardware
+    from graphcost.cli import CliError, parse_model_flags, resolve_hardware
     from graphcost.fusion_ort import OrtError, compare, map_back, optimize
-    from graphcost.load import LoadError, load
-    from graphcost.passes.costs import count_costs
     from graphcost.passes.fusion import fuse, fusion_section
-    from graphcost.passes.shapes import infer_shapes
 
-    dims = parse_dims(args.dim)
+    flags = parse_model_flags(args)
     level = parse_against(args.against)
     hw = resolve_hardware(args)
-    try:
-        model = load(args.model)
-        graph = infer_shapes(model, dims=dims).graph
-    except LoadError as e:
-        raise CliError(str(e)) from None
-    except ValueError as e:
-        raise CliError(f"{args.model}: {str(e).splitlines()[0]}") from None
-    costs = count_costs(graph)
-    binding, defaulted = _binding(graph, costs, dims)
+    analysis = flags.analysis(args.model)  # validated, shapes and costs, every dim bound (the front door)
+    graph, costs = analysis.graph, analysis.costs
+    binding, defaulted = analysis.binding.as_dict(), list(analysis.binding.defaulted)
     try:
         result = fuse(graph, costs, args.policy)
     except ValueError as e:
@@ -93,28 +85,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(args.model, hw, section, comparison, defaulted))
     return 0
-
-
-def _binding(graph: Any, costs: Any, dims: Mapping[str, int]) -> tuple[dict[str, int], list[str]]:
-    """Every dim the numbers depend on, bound: the user's values, else 1 (named in the output)."""
-    from graphcost._dims import free_names
-    from graphcost.cli import CliError
-
-    names: set[str] = set()
-    for c in costs.nodes:
-        for v in (c.flops, c.bytes_read, c.bytes_written, c.multiplier):
-            if v is not None and not isinstance(v, int):
-                names |= free_names(v)
-    for n in graph.input_names:
-        t = graph.tensor(n)
-        for d in (t.shape or ()) if t is not None else ():
-            names |= free_names(d)
-    extra = sorted(set(dims) - names)
-    if extra:
-        raise CliError(f"--dim {extra[0]}: the model has no dim of that name "
-                       f"(its dims: {', '.join(sorted(names)) or 'none, all shapes are static'})")
-    defaulted = sorted(names - set(dims))
-    return {**{d: 1 for d in defaulted}, **dims}, defaulted
 
 
 # --------------------------------------------------------------------------- text
@@ -153,7 +123,10 @@ def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: l
              f"  hardware {hw.name}: DRAM {hw.memory_bandwidth / 1e9:.2f} GB/s; a kernel's time is "
              "max(FLOPs / peak, bytes / DRAM bandwidth)"]
     if defaulted:
-        lines.append(f"  unbound dims set to 1: {', '.join(defaulted)} (bind them with --dim NAME=VALUE)")
+        from graphcost.binding import DEFAULT_DIM_VALUE
+
+        lines.append(f"  unbound dims set to {DEFAULT_DIM_VALUE}: {', '.join(defaulted)} (bind them with --dim "
+                     "NAME=VALUE)")
     lines.append("")
     if comparison is None:
         lines.append(f"{'group':<6} {'nodes':<34} {'unfused':>11} {'fused':>11} {'saved':>11} "

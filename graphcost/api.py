@@ -1,9 +1,10 @@
-"""The pipeline as a short list of explicit calls: load → validate → shapes → costs → roofline → report.
+"""The pipeline as a short list of explicit calls: the front door (load → validate → shapes → costs → binding,
+``graphcost.analysis.Analysis.of``), then liveness → roofline → fusion → batchnorm → report.
 
-Each pass runs inside :func:`_stage`: an unexpected exception from it (a bug, or input no check foresaw)
-reaches the caller as one :class:`PassError` line naming the pass, and the node when the error knows it, chained
-to the original (``GRAPHCOST_DEBUG=1`` lets the original through untouched, for its traceback). A ValueError is
-already a sentence written for the user and passes through as it is.
+Each pass runs inside ``graphcost.analysis.stage``: an unexpected exception from it (a bug, or input no check
+foresaw) reaches the caller as one :class:`PassError` line naming the pass, and the node when the error knows it,
+chained to the original (``GRAPHCOST_DEBUG=1`` lets the original through untouched, for its traceback). A
+ValueError is already a sentence written for the user and passes through as it is.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from graphcost._dims import Dim, free_names, numel, to_text
+from graphcost._dims import Dim, numel, to_text
 from graphcost._sym import sympy
+from graphcost.analysis import Analysis, PassError, walk
+from graphcost.analysis import all_dims as all_dims  # where callers found it before the front door
+from graphcost.analysis import stage as _stage
+from graphcost.binding import DEFAULT_DIM_VALUE
 from graphcost.graph import Graph, Tensor, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import Model, load
@@ -25,8 +30,7 @@ from graphcost.passes.costs import CostResult, TensorRef, count_costs, tensor_by
 from graphcost.passes.fusion import FusionSection, Policy, fuse, fusion_section
 from graphcost.passes.liveness import MemoryResult, TrainingOptions, liveness
 from graphcost.passes.roofline import applied_residency, roofline
-from graphcost.passes.shapes import infer_shapes
-from graphcost.passes.validate import InvalidModel, check_binding, raise_refusals, validate
+from graphcost.passes.validate import InvalidModel
 from graphcost.report.model import (
     Coverage,
     ModelInfo,
@@ -38,48 +42,7 @@ from graphcost.report.model import (
 )
 from graphcost.report.sections import BatchNormSection
 
-DEFAULT_DIM_VALUE = 1
-"""Value used for a dim nobody bound, so numbers can be given; always stated with a warning."""
-
 ModelSource = str | os.PathLike[str] | bytes | Any
-
-
-class PassError(ValueError):
-    """An unexpected failure inside one pass, as one line: ``PASS: node 'X' (Op): problem`` (node when known)."""
-
-
-@contextlib.contextmanager
-def _stage(name: str, graph: Graph | None = None) -> Iterator[None]:
-    """Run one pass; turn an unexpected exception into a :class:`PassError` naming the pass (and node)."""
-    try:
-        yield
-    except ValueError:
-        raise  # the pass's own sentence for the user (InvalidModel, a bad --dim...), already one line
-    except Exception as e:
-        if os.environ.get("GRAPHCOST_DEBUG"):
-            raise
-        raise PassError(f"{name}: {_node_context(e, graph)}{_problem(e)}") from e
-
-
-def _node_context(e: BaseException, graph: Graph | None) -> str:
-    """``node 'X' (Op): `` when the exception names a node of the graph (an attribute or a KeyError's key)."""
-    name = getattr(e, "node", None)
-    if name is None and isinstance(e, KeyError) and e.args and isinstance(e.args[0], str):
-        name = e.args[0]
-    if not isinstance(name, str) or graph is None:
-        return ""
-    try:
-        node = graph.node(name)
-    except KeyError:
-        return ""
-    return f"node {node.name!r} ({node.op_type}): "
-
-
-def _problem(e: BaseException) -> str:
-    text = str(e).strip()
-    first = text.splitlines()[0] if text else "no message"
-    return f"internal error ({type(e).__name__}: {first}); please report it with the model (GRAPHCOST_DEBUG=1 " \
-           "shows the traceback)"
 
 
 def _hardware(hardware: str | HardwareSpec | None) -> HardwareSpec:
@@ -96,6 +59,7 @@ def analyze(
     hardware: str | HardwareSpec | None = None,
     dims: Mapping[str, int] | None = None,
     input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+    input_values: Mapping[str, Any] | None = None,
     derate: bool | tuple[float, float] = False,
     capacity: bool = True,
     fusion: bool = True,
@@ -106,11 +70,13 @@ def analyze(
     batchnorm: bool = True,
     residency: str = "cold",
 ) -> Report:
-    """Analyze a model (path, bytes, ModelProto or loaded Model) on a device.
+    """Analyze a model (path, bytes, ModelProto, loaded Model, or an ``Analysis`` already made) on a device.
 
-    ``dims`` binds named dims (``{"batch": 8}``); dims left unbound get ``DEFAULT_DIM_VALUE`` with a
-    warning, and the totals also carry exact formulas in the dim names. ``derate`` applies the
-    textbook efficiency placeholders (True) or the given (compute, bandwidth) factors.
+    ``dims`` binds named dims (``{"batch": 8}``); dims left unbound get ``DEFAULT_DIM_VALUE``
+    (``graphcost.binding``) with a warning, and the totals also carry exact formulas in the dim names.
+    ``input_shapes`` fixes whole input shapes; ``input_values`` gives constant inputs (``{"sr": 16000}``)
+    to shape inference, so shapes computed from them resolve (see ``graphcost.analysis.Analysis.of``).
+    ``derate`` applies the textbook efficiency placeholders (True) or the given (compute, bandwidth) factors.
 
     The later passes run by default and fill ``report.fusion`` (groups under ``fusion_policy``, default
     ``"ideal"``), ``report.memory`` (liveness peak, arena with ``alignment``, and ``training`` memory when
@@ -125,8 +91,8 @@ def analyze(
     options = _Options(capacity=capacity, fusion=fusion, fusion_policy=fusion_policy, memory=memory,
                        training=training, alignment=alignment, batchnorm=batchnorm, residency=residency)
     with _gc_paused():
-        return _analyze(model, hardware=hardware, dims=dims, input_shapes=input_shapes, derate=derate,
-                        options=options)
+        return _analyze(model, hardware=hardware, dims=dims, input_shapes=input_shapes, input_values=input_values,
+                        derate=derate, options=options)
 
 
 @dataclass(frozen=True)
@@ -160,34 +126,26 @@ def _analyze(
     hardware: str | HardwareSpec | None,
     dims: Mapping[str, int] | None,
     input_shapes: Mapping[str, Sequence[int | str]] | None,
+    input_values: Mapping[str, Any] | None,
     derate: bool | tuple[float, float],
     options: _Options,
 ) -> Report:
     hw = _hardware(hardware)
     if derate:
         hw = hw.derated(*derate) if isinstance(derate, tuple) else hw.derated()
-    m = model if isinstance(model, Model) else load(model)
-    with _stage("validate"):
-        checked = validate(m)
-        raise_refusals(checked, m.path)
-    with _stage("shapes"):
-        shapes = infer_shapes(m, input_shapes=input_shapes, dims=dims)
-    graph = shapes.graph
-    with _stage("costs", graph):
-        costs = count_costs(graph)
-        model_dims = all_dims(graph, costs)
-    bound = dict(dims or {})
-    unknown_names = sorted(set(bound) - model_dims)
-    if unknown_names:
-        raise ValueError(f"--dim {unknown_names[0]}: the model has no dim of that name "
-                         f"(its dims: {', '.join(sorted(model_dims)) or 'none, all shapes are static'})")
-    warnings = [Warning_(f.node, f.reason) for f in checked.warnings]
+    if isinstance(model, Analysis):
+        if dims or input_shapes or input_values:
+            raise ValueError("analyze: an Analysis is already bound; give dims, input shapes and input values to "
+                             "Analysis.of")
+        a = model
+    else:
+        a = Analysis.of(model, dims=dims, input_shapes=input_shapes, input_values=input_values)
+    m, shapes, costs, graph = a.model, a.shapes, a.costs, a.graph
+    model_dims = a.dims
+    binding = a.binding.as_dict()
+    defaulted = list(a.binding.defaulted)
+    warnings = [Warning_(f.node, f.reason) for f in a.validation.warnings]
     warnings.extend(Warning_(w.node, w.message) for w in shapes.warnings)
-    defaulted = sorted(model_dims - set(bound))
-    binding = {**{d: DEFAULT_DIM_VALUE for d in defaulted}, **bound}
-    if model_dims:
-        with _stage("validate", graph):
-            raise_refusals(check_binding(graph, binding), m.path)
     warnings.extend(_defaulted_warnings(defaulted, set(shapes.input_dims)))
     memory = None
     if options.memory:
@@ -306,22 +264,6 @@ def _shape_out(shape: tuple[Dim, ...] | None) -> tuple[int | str, ...] | None:
     return tuple(d if isinstance(d, int) else to_text(d) for d in shape)
 
 
-def all_dims(graph: Graph, costs: CostResult) -> set[str]:
-    """Every dim name the numbers depend on: costs, trip counts, and the shapes of every tensor."""
-    names: set[str] = set()
-    for c in costs.nodes:
-        for v in (c.flops, c.macs, c.bytes_read, c.bytes_written, c.multiplier):
-            if v is not None and not isinstance(v, int):
-                names |= free_names(v)
-    for g in _walk(graph):
-        for t in g.tensors().values():
-            if t.shape is not None:
-                for d in t.shape:
-                    if not isinstance(d, int):
-                        names |= free_names(d)
-    return names
-
-
 def _formulas(costs: CostResult) -> dict[str, str]:
     """Exact totals over top-level nodes of known cost, as formulas in the dim names."""
     totals: dict[str, sympy.Expr] = {}
@@ -341,13 +283,6 @@ def _tensor_info(t: Tensor | None, name: str) -> TensorInfo:
     return TensorInfo(name, _shape_out(t.shape), t.dtype)
 
 
-def _walk(graph: Graph):  # type: ignore[no-untyped-def]
-    yield graph
-    for node in graph.nodes():
-        for _, child in graph.children(node.name):
-            yield from _walk(child)
-
-
 def _model_info(m: Model, graph: Graph, node_count: int) -> ModelInfo:
     params, param_bytes = _parameter_totals(graph)
     p = m.proto
@@ -362,7 +297,7 @@ def _parameter_totals(graph: Graph) -> tuple[int, int]:
     """(count, bytes) of the parameters of the graph and its child graphs (static shapes only)."""
     params = 0
     param_bytes = 0
-    for g in _walk(graph):
+    for g in walk(graph):
         for t in g.tensors().values():
             if t.kind != TensorKind.PARAMETER or t.shape is None:
                 continue

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import stat
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from graphcost.report.escape import terminal_text  # error lines quote paths and names: no raw ESC, CR, LF
 
@@ -39,10 +42,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="Per-node FLOPs, MACs, bytes and roofline bounds of an ONNX model.")
     a.add_argument("model", help="path to an .onnx file")
     _hardware_flags(a)
-    a.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic dim (repeatable), e.g. --dim batch=8 --dim seq=512")
-    a.add_argument("--input-shape", action="append", default=[], metavar="INPUT=DIMS",
-                   help="fix a graph input's whole shape, e.g. input=1x3x224x224 (repeatable)")
+    model_flags(a)
     a.add_argument("--format", choices=("text", "json", "csv", "html"), default="text",
                    help="text (default), json, csv (one row per node), or html (a self-contained offline page)")
     a.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
@@ -163,6 +163,98 @@ def parse_dims(items: Sequence[str]) -> dict[str, int]:
     return _parse_dims(items)
 
 
+# ------------------------------------------------------------------------------ --dim, --input-shape, --input-value
+MAX_INPUT_VALUE_ELEMENTS = 1024
+"""``--input-value`` takes a scalar or a short list (a sample rate, a target shape), never data."""
+
+
+def model_flags(p: argparse.ArgumentParser) -> None:
+    """``--dim``, ``--input-shape`` and ``--input-value``: the one definition every subcommand that takes a model
+    uses, parsed by :func:`parse_model_flags`."""
+    g = p.add_argument_group("dims and inputs")
+    g.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic dim (repeatable), e.g. --dim batch=8 --dim seq=512; runs (fold, bench, "
+                        "gap) take sizes the model states, else 1 where the model's shapes allow it")
+    g.add_argument("--input-shape", action="append", default=[], metavar="INPUT=DIMS",
+                   help="fix a graph input's whole shape, e.g. input=1x3x224x224 (repeatable)")
+    g.add_argument("--input-value", action="append", default=[], metavar="NAME=V",
+                   help="give a graph input a constant value for shape inference (and runs): a scalar or a short "
+                        "list, e.g. sr=16000 or shape=1,3,224,224 (repeatable)")
+
+
+@dataclass(frozen=True)
+class ModelFlags:
+    """What ``--dim``, ``--input-shape`` and ``--input-value`` said, parsed."""
+
+    dims: dict[str, int]
+    input_shapes: dict[str, list[int | str]]
+    input_values: dict[str, Any]
+
+    def analysis(self, model: Any, **kw: Any) -> Any:
+        """``Analysis.of(model, ...)`` with these flags; a problem with them or the model as a CliError."""
+        from graphcost.analysis import Analysis
+
+        try:
+            return Analysis.of(model, dims=self.dims, input_shapes=self.input_shapes,
+                               input_values=self.input_values, **kw)
+        except Exception as e:
+            raise analysis_error(e, model) from None
+
+
+def parse_model_flags(args: argparse.Namespace) -> ModelFlags:
+    """The one parser of the shared model flags (one-line CliError naming the flag on bad syntax)."""
+    from graphcost.passes.shapes import parse_input_shape
+
+    dims = _parse_dims(getattr(args, "dim", []) or [])
+    try:
+        shapes = dict(parse_input_shape(x) for x in getattr(args, "input_shape", []) or [])
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    values = dict(_parse_input_value(x) for x in getattr(args, "input_value", []) or [])
+    return ModelFlags(dims, shapes, values)
+
+
+def _parse_input_value(item: str) -> tuple[str, Any]:
+    """``sr=16000`` → ("sr", 16000); ``shape=1,3,224,224`` → ("shape", [1, 3, 224, 224]); ``flag=true``."""
+    name, sep, text = item.partition("=")
+    if not sep or not name.strip() or not text.strip():
+        raise CliError(f"--input-value {item!r}: expected NAME=V, e.g. sr=16000 or shape=1,3,224,224")
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) > MAX_INPUT_VALUE_ELEMENTS:
+        raise CliError(f"--input-value {item!r}: at most {MAX_INPUT_VALUE_ELEMENTS} numbers")
+    out: list[int | float | bool] = []
+    for p in parts:
+        if re.fullmatch(r"[-+]?[0-9]+", p):
+            out.append(int(p))
+        elif p.lower() in ("true", "false"):
+            out.append(p.lower() == "true")
+        elif re.fullmatch(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", p):
+            out.append(float(p))
+        else:
+            raise CliError(f"--input-value {item!r}: {p!r} is not a number (whole numbers, decimals, true/false)")
+    return name.strip(), out[0] if len(parts) == 1 else out
+
+
+def analysis_error(e: Exception, model: Any) -> CliError:
+    """An exception from the front door as the CLI's one line: flag wording added to the binding's errors."""
+    from graphcost.binding import UnboundDims, UnknownDim
+    from graphcost.load import LoadError, display_path
+
+    where = f"{display_path(model)}: " if isinstance(model, (str, os.PathLike)) else ""
+    if isinstance(e, UnknownDim):
+        return CliError(f"{where}--dim {e.name}: {e}")
+    if isinstance(e, UnboundDims):
+        flags = " ".join(f"--dim {d}=N" for d in e.names)
+        return CliError(f"{where}{e.head}; pass {flags} ({e.why})")
+    if isinstance(e, CliError):
+        return e
+    if isinstance(e, LoadError):
+        return CliError(str(e))
+    if isinstance(e, ValueError):
+        return CliError(f"{where}{str(e).splitlines()[0] if str(e).strip() else type(e).__name__}")
+    raise e
+
+
 def _resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from graphcost.hardware import catalog
 
@@ -192,14 +284,8 @@ def _resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from graphcost.api import analyze
-    from graphcost.load import LoadError
-    from graphcost.passes.shapes import parse_input_shape
 
-    dims = _parse_dims(args.dim)
-    try:
-        shapes = dict(parse_input_shape(x) for x in args.input_shape)
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    flags = parse_model_flags(args)
     if args.top < 0:
         raise CliError("--top must be ≥ 0")
     if args.output:  # before anything runs: never over the model, its weights or the --hardware file
@@ -218,13 +304,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     training = TrainingOptions(optimizer_state_multiplier=args.optimizer_state_multiplier,
                                gradients=not args.no_gradients) if args.training else None
     try:
-        report = analyze(args.model, hardware=hw, dims=dims, input_shapes=shapes, capacity=not args.no_capacity,
+        report = analyze(flags.analysis(args.model), hardware=hw, capacity=not args.no_capacity,
                          fusion=not args.no_fusion, fusion_policy=args.fusion_policy, memory=not args.no_memory,
                          training=training, alignment=args.alignment, batchnorm=not args.no_batchnorm)
-    except LoadError as e:
-        raise CliError(str(e)) from None
     except ValueError as e:
-        raise CliError(f"{args.model}: {str(e).splitlines()[0]}") from None
+        raise analysis_error(e, args.model) from None
     if args.format == "json":
         text = report.to_json() + "\n"
     elif args.format == "csv":

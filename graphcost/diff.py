@@ -221,33 +221,27 @@ def diff_reports(a: Report, b: Report, named_a: set[str] | None = None, named_b:
         dims_ignored=dict(dims_ignored or {}))
 
 
-def declared_dims(proto: Any) -> set[str]:
-    """The dim names a model's graph inputs declare (``--dim`` binds only these in audit and diff)."""
-    names: set[str] = set()
-    for vi in proto.graph.input:
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            names.update(d.dim_param for d in vi.type.tensor_type.shape.dim if d.dim_param)
-    return names
-
-
 def diff_models(path_a: str, path_b: str, *, hardware: Any = None, dims: Mapping[str, int] | None = None,
-                capacity: bool = True) -> ModelDiff:
+                capacity: bool = True, input_shapes: Mapping[str, Any] | None = None,
+                input_values: Mapping[str, Any] | None = None) -> ModelDiff:
     """Analyze both files with the same settings and compare. Raises LoadError for unreadable files.
 
-    A ``dims`` name one model does not declare is left out for that model (listed in ``dims_ignored``).
+    Both go through the front door (``graphcost.analysis.Analysis.of``). A ``dims`` name one model does not have
+    is left out for that model (listed in ``dims_ignored``); a name neither has raises
+    ``graphcost.binding.UnknownDim``. Input shapes and values apply to the models that have those inputs.
     """
+    from graphcost.analysis import Analysis, check_dims
     from graphcost.api import analyze
-    from graphcost.load import load
 
+    analyses = [Analysis.of(path, dims=dims, input_shapes=input_shapes, input_values=input_values,
+                            unknown_dims="ignore") for path in (path_a, path_b)]
+    check_dims(dims or {}, analyses)
     reports, named, ignored = [], [], {}
-    for side, path in (("a", path_a), ("b", path_b)):
-        m = load(path)
-        declared = declared_dims(m.proto)
-        use = {k: v for k, v in (dims or {}).items() if k in declared}
-        if set(dims or {}) - set(use):
-            ignored[side] = tuple(sorted(set(dims or {}) - set(use)))
-        reports.append(analyze(m, hardware=hardware, dims=use, capacity=capacity))
-        named.append({n.name for n in m.proto.graph.node if n.name})
+    for side, a in zip(("a", "b"), analyses, strict=True):
+        if a.ignored_dims:
+            ignored[side] = tuple(sorted(a.ignored_dims))
+        reports.append(analyze(a, hardware=hardware, capacity=capacity))
+        named.append({n.name for n in a.model.proto.graph.node if n.name})
     return diff_reports(reports[0], reports[1], named[0], named[1], ignored)
 
 

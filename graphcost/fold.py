@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,10 @@ import onnx.inliner
 from onnx import numpy_helper
 
 from graphcost._dims import parse_dim
+from graphcost.analysis import Analysis
+from graphcost.binding import DEFAULT_DIM_VALUE
 from graphcost.graph import Graph
-from graphcost.load import load
+from graphcost.load import display_path, external_files, load
 from graphcost.measure import _ort_session
 from graphcost.measure._bounded import RunRefused, check_bounded, terminate_as_exit
 from graphcost.passes.batchnorm import (
@@ -43,9 +45,7 @@ from graphcost.passes.batchnorm import (
     find_foldable,
     scale_shift,
 )
-from graphcost.passes.shapes import infer_shapes
 
-DEFAULT_DIM_VALUE = 1  # graph-input dims nobody bound, for the verification inputs
 INT_INPUT_RANGE = (0, 4)  # integer inputs are drawn from [0, 4): small enough to be valid indices
 
 
@@ -88,40 +88,52 @@ class FoldResult:
 
 
 def fold_model(path: str | os.PathLike[str], out_path: str | os.PathLike[str], *, dims: Mapping[str, int] | None = None,
+               input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+               input_values: Mapping[str, Any] | None = None,
                rtol: float = 1e-4, atol: float = 1e-5, seed: int = 0) -> FoldResult:
     """Fold every foldable BN of the model at ``path``, verify, and write it to ``out_path``.
 
-    Raises ``graphcost.LoadError`` for an unreadable model, :class:`FoldError` for other bad input and
-    :class:`FoldMismatch` when verification fails (nothing is written then).
+    ``dims``, ``input_shapes`` and ``input_values`` go to the front door (``graphcost.analysis.Analysis.of``);
+    the verification inputs take the run binding (``Analysis.run_binding``: the user's dims, sizes the model
+    states, else 1 where the model's shapes allow it) and the given input values.
+
+    Raises ``graphcost.LoadError`` for an unreadable model, ``graphcost.binding.UnknownDim`` /
+    ``UnboundDims`` / ``InvalidModel`` (ValueErrors) for dims or a model that cannot be bound,
+    :class:`FoldError` for other bad input and :class:`FoldMismatch` when verification fails (nothing is
+    written then).
     """
     src, dst = os.fspath(path), os.fspath(out_path)
     model = load(src)
     if _same_file(src, dst):
-        raise FoldError(f"-o {dst}: refusing to overwrite the input model")
+        raise FoldError(f"-o {display_path(dst)}: refusing to overwrite the input model")
     if os.path.isdir(dst):
-        raise FoldError(f"-o {dst}: is a directory, not a file name")
+        raise FoldError(f"-o {display_path(dst)}: is a directory, not a file name")
     if not os.path.isdir(os.path.dirname(os.path.abspath(dst))):
-        raise FoldError(f"-o {dst}: directory {os.path.dirname(os.path.abspath(dst))} does not exist")
-    dims = dict(dims or {})
-    shapes = infer_shapes(model, dims=dims)
-    unknown = sorted(set(dims) - set(shapes.input_dims))
-    if unknown:
-        raise FoldError(f"--dim {unknown[0]}: the model has no input dim of that name "
-                        f"(its dims: {', '.join(shapes.input_dims) or 'none, all shapes are static'})")
-    binding = {**dict.fromkeys(shapes.input_dims, DEFAULT_DIM_VALUE), **dims}
-    analysis = find_foldable(shapes.graph)
+        raise FoldError(f"-o {display_path(dst)}: directory {display_path(os.path.dirname(os.path.abspath(dst)))} "
+                        "does not exist")
+    analysis = Analysis.of(model, dims=dims, input_shapes=input_shapes, input_values=input_values)
+    binding = analysis.run_binding().as_dict()
+    graph = analysis.graph
+    analysis_result = find_foldable(graph)
 
     full = onnx.load(src, load_external_data=True)
     if full.functions:
         full = onnx.inliner.inline_local_functions(full)  # as graphcost.load does, so node indices agree
-    inputs_files = _external_files(model.proto, src)
+    inputs_files = external_files(model.proto, src)
     out_dir = os.path.dirname(os.path.abspath(dst))
     data_name = os.path.basename(dst) + ".data"
     if any(_same_file(f, os.path.join(out_dir, data_name)) for f in (src, *inputs_files)):
-        raise FoldError(f"-o {dst}: its data file {data_name} would overwrite the input model's data")
-    apply_folds(full, shapes.graph, analysis.foldable)
+        raise FoldError(f"-o {display_path(dst)}: its data file {display_path(data_name)} would overwrite the input "
+                        "model's data")
+    external = bool(inputs_files) or full.ByteSize() > _INLINE_LIMIT
+    for p in (src, dst):
+        if not _utf8(p) and external:  # ORT opens files by a UTF-8 name; bytes only work for one small file
+            raise FoldError(f"{display_path(p)}: onnxruntime cannot open a file whose name is not UTF-8, and a model "
+                            "with external data (or over 2 GB) cannot be handed to it in memory; rename the file")
+    feeds = random_inputs(full.graph, binding, seed, shapes=_input_shapes(graph), values=analysis.input_values)
+    apply_folds(full, graph, analysis_result.foldable)
     try:  # the check runs both models: refuse loops that may not end before writing anything
-        check_bounded(full, random_inputs(full.graph, binding, seed))
+        check_bounded(full, feeds)
     except RunRefused as e:
         raise FoldError(f"cannot verify: {e}") from None
 
@@ -131,23 +143,54 @@ def fold_model(path: str | os.PathLike[str], out_path: str | os.PathLike[str], *
             try:
                 tmp = tempfile.mkdtemp(prefix=".graphcost-fold-", dir=out_dir)
             except OSError as e:
-                raise FoldError(f"-o {dst}: cannot write there ({e.strerror or e})") from None
+                raise FoldError(f"-o {display_path(dst)}: cannot write there ({e.strerror or e})") from None
             tmp_model = os.path.join(tmp, os.path.basename(dst))
-            if inputs_files or full.ByteSize() > (1 << 31) - (1 << 26):
+            if external:
                 onnx.save_model(full, tmp_model, save_as_external_data=True, all_tensors_to_one_file=True,
                                 location=data_name, size_threshold=1024)
             else:
                 onnx.save_model(full, tmp_model)
-            max_abs, max_rel = verify(src, tmp_model, full.graph, binding, rtol=rtol, atol=atol, seed=seed)
+            original = src if _utf8(src) else _file_bytes(src)
+            folded = tmp_model if _utf8(tmp_model) else full.SerializeToString()
+            max_abs, max_rel = verify(original, folded, full.graph, binding, rtol=rtol, atol=atol, seed=seed,
+                                      feeds=feeds)
             if os.path.exists(os.path.join(tmp, data_name)):
                 os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
             os.replace(tmp_model, dst)
         finally:
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
-    b, f = analysis.bytes_saved, analysis.flops_saved
-    return FoldResult(analysis, dst, binding, None if b is None else bind(b, binding),
+    b, f = analysis_result.bytes_saved, analysis_result.flops_saved
+    return FoldResult(analysis_result, dst, binding, None if b is None else bind(b, binding),
                       None if f is None else bind(f, binding), max_abs, max_rel)
+
+
+_INLINE_LIMIT = (1 << 31) - (1 << 26)
+"""A model larger than this is written with external data (protobuf's 2 GB limit, with room to spare)."""
+
+
+def _utf8(path: str) -> bool:
+    """Whether onnxruntime can open ``path`` by name (a POSIX name that is not UTF-8 holds lone surrogates)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _file_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _input_shapes(graph: Graph) -> dict[str, tuple[Any, ...]]:
+    """The analysed graph's input shapes (``--input-shape`` applied), for the verification inputs."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for name in graph.input_names:
+        t = graph.tensor(name)
+        if t is not None and t.shape is not None:
+            out[name] = tuple(t.shape)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ the rewrite
@@ -381,12 +424,13 @@ def _all_names(g: onnx.GraphProto) -> Iterator[str]:
 
 
 # ------------------------------------------------------------------------------------------------ verification
-def verify(original: str, folded: str, graph: onnx.GraphProto, binding: Mapping[str, int], *, rtol: float,
-           atol: float, seed: int) -> tuple[float, float]:
-    """Run both files on the same random inputs; return (max |diff|, max |diff| / max|original|) over outputs."""
+def verify(original: str | bytes, folded: str | bytes, graph: onnx.GraphProto, binding: Mapping[str, int], *,
+           rtol: float, atol: float, seed: int, feeds: Mapping[str, np.ndarray] | None = None) -> tuple[float, float]:
+    """Run both models (file paths, or serialized bytes) on the same inputs (``feeds``, else random ones); return
+    (max |diff|, max |diff| / max|original|) over outputs."""
     import onnxruntime as ort
 
-    feeds = random_inputs(graph, binding, seed)
+    feeds = dict(feeds) if feeds is not None else random_inputs(graph, binding, seed)
     so = _ort_session.options()  # quiet: a refused model costs graphcost's one line, not ORT's log too
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # ORT would fold BN in the reference
     so.intra_op_num_threads = min(2, os.cpu_count() or 1)
@@ -431,8 +475,13 @@ def verify(original: str, folded: str, graph: onnx.GraphProto, binding: Mapping[
     return max_abs, max_rel
 
 
-def random_inputs(graph: onnx.GraphProto, binding: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
-    """One random array per graph input: normal floats, integers in ``INT_INPUT_RANGE``, fair booleans."""
+def random_inputs(graph: onnx.GraphProto, binding: Mapping[str, int], seed: int, *,
+                  shapes: Mapping[str, Sequence[Any]] | None = None,
+                  values: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """One array per graph input: normal floats, integers in ``INT_INPUT_RANGE``, fair booleans.
+
+    ``shapes`` (input → dims, ints or graphcost dims) replaces an input's declared shape (``--input-shape``);
+    ``values`` are used as given (``--input-value``)."""
     rng = np.random.default_rng(seed)
     inits = {t.name for t in graph.initializer}
     feeds: dict[str, np.ndarray] = {}
@@ -442,10 +491,17 @@ def random_inputs(graph: onnx.GraphProto, binding: Mapping[str, int], seed: int)
         if vi.type.WhichOneof("value") != "tensor_type":
             raise FoldError(f"cannot verify: input {vi.name!r} is not a tensor")
         tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
-            raise FoldError(f"cannot verify: input {vi.name!r} declares no shape")
-        shape = [_dim_value(d, binding) for d in tt.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if values and vi.name in values:
+            feeds[vi.name] = np.asarray(values[vi.name]).astype(dtype)
+            continue
+        given = (shapes or {}).get(vi.name)
+        if given is not None:
+            shape = [_given_dim(d, binding) for d in given]
+        elif not tt.HasField("shape"):
+            raise FoldError(f"cannot verify: input {vi.name!r} declares no shape")
+        else:
+            shape = [_dim_value(d, binding) for d in tt.shape.dim]
         if np.dtype(dtype).kind == "f" or str(dtype) == "bfloat16":
             feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
         elif np.dtype(dtype).kind in "iu":
@@ -455,6 +511,15 @@ def random_inputs(graph: onnx.GraphProto, binding: Mapping[str, int], seed: int)
         else:
             raise FoldError(f"cannot verify: input {vi.name!r} has element type {dtype}")
     return feeds
+
+
+def _given_dim(d: Any, binding: Mapping[str, int]) -> int:
+    if isinstance(d, int):
+        return d if d > 0 else DEFAULT_DIM_VALUE
+    try:
+        return int(bind(d, binding))
+    except (ValueError, TypeError, KeyError):
+        return DEFAULT_DIM_VALUE
 
 
 def _dim_value(d: onnx.TensorShapeProto.Dimension, binding: Mapping[str, int]) -> int:
@@ -481,29 +546,6 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
     except OSError:
         return False
-
-
-def _external_files(proto: onnx.ModelProto, path: str) -> list[str]:
-    """Paths of the external-data files the structure-only model points at (its own file excluded)."""
-    own = os.path.basename(os.path.realpath(path))
-    base = os.path.dirname(os.path.realpath(path))
-    out = []
-    for t in _tensors(proto.graph):
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            loc = next((e.value for e in t.external_data if e.key == "location"), "")
-            if loc and loc != own:
-                out.append(os.path.join(base, loc))
-    return sorted(set(out))
-
-
-def _tensors(g: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    yield from g.initializer
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.TENSOR:
-                yield a.t
-    for sub in _subgraphs(g):
-        yield from _tensors(sub)
 
 
 __all__ = ["FoldError", "FoldMismatch", "FoldResult", "apply_folds", "fold_model", "random_inputs", "verify"]

@@ -126,29 +126,30 @@ class Prepared:
         return total
 
 
-def prepare(path: str, *, hardware: HardwareSpec, dims: Mapping[str, int],
-            input_shapes: Mapping[str, Sequence[int]] | None = None, residency: str = "warm",
-            capacity: bool = True) -> Prepared:
-    """Shapes, costs, ideal fusion groups and liveness of ``path`` with its inputs fixed, and a Bounder.
+def prepare(model: Any, *, hardware: HardwareSpec, dims: Mapping[str, int] | None = None,
+            input_shapes: Mapping[str, Sequence[int]] | None = None, input_values: Mapping[str, Any] | None = None,
+            residency: str = "warm", capacity: bool = True) -> Prepared:
+    """Shapes, costs, ideal fusion groups and liveness of ``model`` with its inputs fixed, and a Bounder.
 
-    Dims the inputs do not fix (value-dependent sizes, Loop trip counts) are taken as ``DEFAULT_DIM_VALUE`` with a
-    note: the bounds that use them are lower bounds of unknown slack.
+    ``model`` is a path (analysed through the front door, ``graphcost.analysis.Analysis.of``, with ``dims``,
+    ``input_shapes`` and ``input_values``; dims the model no longer has once its input shapes are fixed are left
+    out) or an ``Analysis`` already made. Dims the inputs do not fix (value-dependent sizes, Loop trip counts) take
+    the static binding's default (``graphcost.binding.DEFAULT_DIM_VALUE``) with a note: the bounds that use them
+    are lower bounds of unknown slack.
     """
-    from graphcost.api import DEFAULT_DIM_VALUE, all_dims
-    from graphcost.load import load
-    from graphcost.passes.costs import count_costs
+    from graphcost.analysis import Analysis
+    from graphcost.binding import DEFAULT_DIM_VALUE
     from graphcost.passes.fusion import fuse
     from graphcost.passes.liveness import liveness
     from graphcost.passes.roofline import applied_residency
-    from graphcost.passes.shapes import infer_shapes
 
-    shapes = infer_shapes(load(path), input_shapes={k: list(v) for k, v in (input_shapes or {}).items()} or None,
-                          dims=dict(dims) or None)
-    graph = shapes.graph
-    costs = count_costs(graph)
+    a = model if isinstance(model, Analysis) else Analysis.of(
+        model, dims=dims, input_shapes={k: list(v) for k, v in (input_shapes or {}).items()} or None,
+        input_values=input_values, unknown_dims="ignore")
+    graph, costs = a.graph, a.costs
     notes: list[str] = []
-    unknown = sorted(all_dims(graph, costs) - set(dims))
-    binding = {**{d: DEFAULT_DIM_VALUE for d in unknown}, **dims}
+    unknown = list(a.binding.defaulted)
+    binding = a.binding.as_dict()
     if unknown:
         notes.append(f"dims no shape inference could express in the inputs ({', '.join(unknown[:5])}"
                      f"{' …' if len(unknown) > 5 else ''}) are taken as {DEFAULT_DIM_VALUE}: the bounds that use "
@@ -165,12 +166,13 @@ def prepare(path: str, *, hardware: HardwareSpec, dims: Mapping[str, int],
 
 def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any] = (),
           budget_ms: float | None = None, sustained_clock: float = 1.0, residency: str = "warm",
-          capacity: bool = True, label: str | None = None) -> GapReport:
-    """The gap report of ``path`` from an ``OrtRun`` (and ``NativeRun``s of the same model and inputs)."""
+          capacity: bool = True, label: str | None = None, input_values: Mapping[str, Any] | None = None) -> GapReport:
+    """The gap report of ``path`` from an ``OrtRun`` (and ``NativeRun``s of the same model and inputs);
+    ``input_values`` are the constant inputs the run was given (``--input-value``), for the shapes."""
     if not 0 < sustained_clock <= 1:
         raise ValueError(f"--sustained-clock must be in (0, 1], got {sustained_clock:g}")
-    p = prepare(path, hardware=hardware, dims=run.binding, input_shapes=run.input_shapes, residency=residency,
-                capacity=capacity)
+    p = prepare(path, hardware=hardware, dims=run.binding, input_shapes=run.input_shapes, input_values=input_values,
+                residency=residency, capacity=capacity)
     notes = list(p.notes)
     on_gpu = run.provider in ("cuda", "tensorrt")
     if (hardware.kind == "gpu") != on_gpu:

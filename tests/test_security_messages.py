@@ -182,8 +182,6 @@ def test_unbound_unk_dim_is_defaulted_by_analyze_with_fusion() -> None:
     assert report.fusion is not None
 
 
-@pytest.mark.xfail(strict=True, reason="needs graphcost/_cmd_fusion.py _binding to bind every tensor dim "
-                                        "(graphcost.api.all_dims), owned by another change; remove when it lands")
 def test_fusion_command_binds_unk_dims(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = save(tmp_path, "unk", unk_dim_model())
     code, out, err = run_cli(capsys, "fusion", path)  # was: cannot analyze (ValueError: dim 'unk__3' is not bound)

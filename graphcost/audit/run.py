@@ -47,6 +47,9 @@ class AuditOptions:
     """The HardwareSpec as a JSON-ready dict (worker.spec_to_dict)."""
     dims: Mapping[str, int] = field(default_factory=dict)
     capacity: bool = True
+    input_shapes: Mapping[str, Sequence[int | str]] = field(default_factory=dict)
+    input_values: Mapping[str, Any] = field(default_factory=dict)
+    """``--input-shape`` / ``--input-value``: applied to each model that has the input."""
     jobs: int = 1
     timeout_s: float | None = 300.0
     memory_bytes: int | None = 8 << 30
@@ -78,8 +81,22 @@ def key_settings(opts: AuditOptions) -> dict[str, Any]:
     from graphcost.audit.worker import spec_from_dict
     from graphcost.report.model import hardware_dict
 
-    return {"hardware": hardware_dict(spec_from_dict(opts.hardware)), "dims": dict(sorted(opts.dims.items())),
-            "capacity": opts.capacity, "graphcost": graphcost.__version__}
+    out = {"hardware": hardware_dict(spec_from_dict(opts.hardware)), "dims": dict(sorted(opts.dims.items())),
+           "capacity": opts.capacity, "graphcost": graphcost.__version__}
+    inputs = _inputs_settings(opts)
+    if inputs:  # only when given: the keys of earlier audits without them stay the same
+        out.update(inputs)
+    return out
+
+
+def _inputs_settings(opts: AuditOptions) -> dict[str, Any]:
+    """The input shapes and values as JSON-ready settings (empty when none were given)."""
+    out: dict[str, Any] = {}
+    if opts.input_shapes:
+        out["input_shapes"] = {k: list(v) for k, v in sorted(opts.input_shapes.items())}
+    if opts.input_values:
+        out["input_values"] = {k: v for k, v in sorted(opts.input_values.items())}
+    return out
 
 
 def run_audit(opts: AuditOptions, progress_stream: Any = None, plain: bool = False) -> AuditResult:
@@ -106,7 +123,8 @@ def run_audit(opts: AuditOptions, progress_stream: Any = None, plain: bool = Fal
                              "(hardware, dims or graphcost version); choose another --out")
         externals, problems = probe_externals(models, limits, opts.jobs, opts.hook) if models else ({}, {})
         models = drop_external_files(models, externals)
-        worker_settings = {"hardware": dict(opts.hardware), "dims": dict(opts.dims), "capacity": opts.capacity}
+        worker_settings = {"hardware": dict(opts.hardware), "dims": dict(opts.dims), "capacity": opts.capacity,
+                           **_inputs_settings(opts)}
         jobs = make_jobs(models, externals, worker_settings, skey, opts.jobs, opts.hook, limits, problems)
         jobs = sorted(jobs + skipped_jobs(skipped, skey), key=lambda j: j["path"])
         done: dict[tuple[str, str], dict[str, Any]] = {}

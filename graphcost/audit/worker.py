@@ -46,8 +46,8 @@ import onnx
 
 import graphcost.api
 from graphcost import _scan
+from graphcost.analysis import Analysis
 from graphcost.audit.rows import partial_reason, summarize_report
-from graphcost.diff import declared_dims
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import LoadError, clean_strings, external_data_path, load, model_text
 from graphcost.report.units import bytes_
@@ -123,17 +123,18 @@ def _fire(action: str) -> None:
 def analyze_task(task: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str, Any]:
     """Analyze one model; every outcome (including bugs) is ``{status, reason, analysis}``.
 
-    Settings dims the model does not declare are left out (a zoo mixes models with and without a
-    ``seq`` dim) and listed in ``dims_ignored``.
+    Settings dims the model does not have are left out (a zoo mixes models with and without a ``seq`` dim) and
+    listed in ``dims_ignored``; input shapes and values apply to the models that have those inputs
+    (``graphcost.analysis.Analysis.of`` with ``unknown_dims="ignore"``).
     """
     try:
         _hook(task, task["path"])
         model = load(task["path"])
         clean_strings(model.proto)
-        declared = declared_dims(model.proto)
-        dims = {k: v for k, v in task["dims"].items() if k in declared}
-        ignored = sorted(set(task["dims"]) - set(dims))
-        report = graphcost.api.analyze(model, hardware=spec_from_dict(task["hardware"]), dims=dims,
+        front = Analysis.of(model, dims=task["dims"], input_shapes=task.get("input_shapes") or None,
+                            input_values=task.get("input_values") or None, unknown_dims="ignore")
+        ignored = sorted(front.ignored_dims)
+        report = graphcost.api.analyze(front, hardware=spec_from_dict(task["hardware"]),
                                        capacity=task.get("capacity", True))
         analysis = summarize_report(report, ignored)
         return {"status": "ok", "reason": partial_reason(analysis), "analysis": analysis}

@@ -1,0 +1,234 @@
+"""Which size each dim takes: the one place that decides it, for every command.
+
+A model's numbers depend on named dims (``batch``, ``seq``, and the names inference gives sizes no input dim
+expresses). A :class:`Binding` records the value each takes and why:
+
+* **user** — the caller bound it (``dims=``, ``--dim``);
+* **taken** — a run needs a concrete size and the model states it (see :func:`sizes_the_model_states`);
+* **defaulted** — nobody said: ``DEFAULT_DIM_VALUE``, and the report or the command says so.
+
+Two rules use it:
+
+* **static analysis** (``analyze``, ``fusion``, ``diff``, ``audit``; :meth:`Binding.static`): every dim nobody
+  bound is ``DEFAULT_DIM_VALUE``; the numbers carry a warning and the formulas stay exact in the dim names.
+* **runs** (``fold``, ``bench``, ``gap``; :meth:`Binding.for_run`): the graph inputs' dims become real arrays, so
+  a size must be right, not merely stated. The user's value, else a size the model states, else
+  ``DEFAULT_DIM_VALUE`` — but only where the model's shapes still agree at that size (:func:`defaults_break`:
+  onnx's strict shape inference with the size substituted). A YOLO-style model (stride-2 Conv, Resize ×2, Concat
+  with the skip branch) does not agree at height 1, so instead of failing inside onnxruntime the run is refused
+  with :class:`UnboundDims` naming the dims to bind.
+
+Messages here speak of dims and models, never of command-line flags: the CLI adds those (``--dim NAME=N``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+DEFAULT_DIM_VALUE = 1
+"""The value of a dim nobody bound (static analysis), always said with a warning; the only definition."""
+
+MAX_STATED_SIZE = 1 << 15
+"""A size read from metadata above this is not taken (an image side of 32768 is no export's default)."""
+
+
+class UnknownDim(ValueError):
+    """A dim was bound that the model does not have; ``known`` lists the ones it has."""
+
+    def __init__(self, name: str, known: Iterable[str], *, owner: str = "the model") -> None:
+        self.name = name
+        self.known = tuple(sorted(known))
+        shown = ", ".join(self.known) or "none, all shapes are static"
+        verb = "have" if owner.startswith("models") else "has"
+        super().__init__(f"{owner} {verb} no dim named {name!r} (no input dim of that name, and no dim of that name "
+                         f"in its inferred shapes or costs; its dims: {shown})")
+
+
+class UnboundDims(ValueError):
+    """A run needs concrete sizes the model does not state and ``DEFAULT_DIM_VALUE`` would break; ``names`` are
+    the dims to bind, ``why`` says what breaks."""
+
+    def __init__(self, names: Sequence[str], why: str) -> None:
+        self.names = tuple(names)
+        self.why = why
+        super().__init__(f"{self.head} ({why})")
+
+    @property
+    def head(self) -> str:
+        """``dims height, width are not bound`` (``dim height is not bound`` for one)."""
+        if len(self.names) == 1:
+            return f"dim {self.names[0]} is not bound"
+        return f"dims {', '.join(self.names)} are not bound"
+
+
+def check_names(dims: Mapping[str, int], known: Iterable[str], *, owner: str = "the model") -> None:
+    """Raise :class:`UnknownDim` for the first name of ``dims`` (in the caller's order) not in ``known``."""
+    have = set(known)
+    for name in dims:
+        if name not in have:
+            raise UnknownDim(name, have, owner=owner)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Every dim the numbers depend on, with its value; which the caller bound, which were taken, which defaulted."""
+
+    values: Mapping[str, int]
+    user: tuple[str, ...] = ()
+    defaulted: tuple[str, ...] = ()
+    taken: Mapping[str, str] = field(default_factory=dict)
+    """dim → where its size came from (``metadata imgsz``, ``declared output 'y'``)."""
+
+    def value(self, name: str) -> int:
+        """The value of ``name``; :class:`UnknownDim` when the model has no such dim."""
+        try:
+            return self.values[name]
+        except KeyError:
+            raise UnknownDim(name, self.values) from None
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.values)
+
+    @classmethod
+    def static(cls, model_dims: Iterable[str], dims: Mapping[str, int] | None = None) -> Binding:
+        """The static-analysis binding: the caller's values, ``DEFAULT_DIM_VALUE`` for every other dim."""
+        known = set(model_dims)
+        given = dict(dims or {})
+        check_names(given, known)
+        defaulted = sorted(known - set(given))
+        return cls({**dict.fromkeys(defaulted, DEFAULT_DIM_VALUE), **given}, tuple(given), tuple(defaulted))
+
+    def for_run(self, needed: Iterable[str], stated: Mapping[str, tuple[int, str]],
+                broken: Sequence[str] = (), why: str = "") -> Binding:
+        """This binding made concrete for a run of the model.
+
+        ``needed`` are the dims the run's inputs have (the graph inputs' dims); ``stated`` the sizes the model
+        states (dim → (size, where)); ``broken`` the needed dims that ``DEFAULT_DIM_VALUE`` would break
+        (:func:`defaults_break`), refused with :class:`UnboundDims` unless the user or the model gave them.
+        """
+        user = set(self.user)
+        taken = {d: stated[d] for d in needed if d not in user and d in stated}
+        refused = [d for d in broken if d not in user and d not in taken]
+        if refused:
+            raise UnboundDims(refused, why)
+        values = {**self.values, **{d: v for d, (v, _) in taken.items()}}
+        return Binding(values, self.user, tuple(d for d in self.defaulted if d not in taken),
+                       {d: where for d, (_, where) in taken.items()})
+
+
+# ------------------------------------------------------------------------------------------- what the model states
+def sizes_the_model_states(proto: onnx.ModelProto, inferred_outputs: Mapping[str, Sequence[Any]]
+                           ) -> dict[str, tuple[int, str]]:
+    """Sizes of input dims the file states: dim → (size, where), the first source found winning.
+
+    1. **Declared outputs.** A graph output whose declared dim is a number where its inferred shape
+       (``inferred_outputs``: output name → dims, a bare named dim as its name) has a bare dim pins that dim:
+       declared ``[1, 3, 320, 320]``, inferred ``[batch, 3, height, width]``.
+    2. **Metadata.** ``imgsz`` in ``metadata_props`` (ultralytics writes ``[640, 640]``, or one number for a
+       square) gives the last two axes of the image input (the one rank-4 input whose last two dims are named);
+       ``batch`` gives its first axis. Values are parsed as whole numbers, never evaluated.
+    """
+    out: dict[str, tuple[int, str]] = {}
+    declared = {vi.name: vi for vi in proto.graph.output}
+    for name, shape in inferred_outputs.items():
+        vi = declared.get(name)
+        if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) != len(shape):
+            continue
+        for d, inferred in zip(dims, shape, strict=True):
+            if d.HasField("dim_value") and d.dim_value > 0 and isinstance(inferred, str) and inferred not in out:
+                out[inferred] = (int(d.dim_value), f"declared output {name!r}")
+    meta = {p.key: p.value for p in proto.metadata_props}
+    image = _image_input(proto)
+    if image is not None:
+        batch, height, width = image
+        sides = _whole_numbers(meta.get("imgsz", ""))
+        if len(sides) == 1:
+            sides = sides * 2
+        if len(sides) == 2:
+            for dim, size in ((height, sides[0]), (width, sides[1])):
+                if dim is not None:
+                    out.setdefault(dim, (size, "metadata imgsz"))
+        first = _whole_numbers(meta.get("batch", ""))
+        if batch is not None and len(first) == 1:
+            out.setdefault(batch, (first[0], "metadata batch"))
+    return out
+
+
+def _image_input(proto: onnx.ModelProto) -> tuple[str | None, str | None, str | None] | None:
+    """(batch, height, width) dim names of the one rank-4 graph input whose last two dims are named."""
+    inits = {t.name for t in proto.graph.initializer}
+    found = []
+    for vi in proto.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 4 and dims[2].dim_param and dims[3].dim_param:
+            found.append(tuple(d.dim_param if d.HasField("dim_param") and d.dim_param else None
+                               for d in (dims[0], dims[2], dims[3])))
+    return found[0] if len(found) == 1 else None  # type: ignore[return-value]
+
+
+def _whole_numbers(text: str) -> list[int]:
+    """``"[640, 640]"`` → [640, 640]; anything but 1–2 whole numbers in (0, MAX_STATED_SIZE] → []."""
+    if len(text) > 64 or not re.fullmatch(r"[\s\[\](),0-9]*", text):
+        return []
+    values = [int(v) for v in re.findall(r"[0-9]+", text)]
+    return values if 1 <= len(values) <= 2 and all(0 < v <= MAX_STATED_SIZE for v in values) else []
+
+
+# ------------------------------------------------------------------------------------------- do defaults break it?
+def defaults_break(proto: onnx.ModelProto, bound: Mapping[str, int], candidates: Sequence[str]
+                   ) -> tuple[list[str], str]:
+    """The ``candidates`` (input dims nobody sized) at which ``DEFAULT_DIM_VALUE`` makes the model's shapes disagree.
+
+    onnx's shape inference runs in strict mode on a copy whose inputs carry ``bound`` and the candidates at
+    ``DEFAULT_DIM_VALUE`` (declared value_info and output shapes cleared, so only the graph decides). When that
+    fails, each candidate is tried alone (the others left symbolic), and the ones that fail alone are returned;
+    if none fails alone, all are. When the model does not pass strict inference with its dims symbolic, nothing
+    can be learned this way and nothing is returned (the run then says what onnxruntime says). Returns (dims,
+    the inference error's first line).
+    """
+    if not candidates or _strict_error(proto, bound) is not None:
+        return [], ""
+    everything = {**bound, **dict.fromkeys(candidates, DEFAULT_DIM_VALUE)}
+    why = _strict_error(proto, everything)
+    if why is None:
+        return [], ""
+    alone = [d for d in candidates if _strict_error(proto, {**bound, d: DEFAULT_DIM_VALUE}) is not None]
+    names = alone or list(candidates)
+    at = ", ".join(f"{d}={DEFAULT_DIM_VALUE}" for d in names)
+    return names, f"at {at} the model's shapes disagree: {why}"
+
+
+def _strict_error(proto: onnx.ModelProto, values: Mapping[str, int]) -> str | None:
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    del m.graph.value_info[:]
+    for o in m.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+    for vi in m.graph.input:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_param") and d.dim_param in values:
+                    d.dim_value = int(values[d.dim_param])
+    try:
+        onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=True, data_prop=True)
+    except Exception as e:  # onnx raises InferenceError, ValidationError or RuntimeError depending on the op
+        text = " ".join(str(e).split())
+        text = text.replace("[ShapeInferenceError] ", "").replace("Inference error(s): ", "")
+        text = re.sub(r"\(op_type:([A-Za-z0-9_]+)(, node name: ([^)]*))?\): ", r"\1 \3: ", text).replace(" :", ":")
+        return text[:200] or type(e).__name__
+    return None
+
+
+__all__ = ["DEFAULT_DIM_VALUE", "Binding", "UnboundDims", "UnknownDim", "check_names", "defaults_break",
+           "sizes_the_model_states"]
