@@ -74,7 +74,15 @@ def infer_shapes(
     *,
     input_shapes: Mapping[str, InputShape] | None = None,
     dims: Mapping[str, int] | None = None,
+    input_values: Mapping[str, Any] | None = None,
 ) -> ShapeResult:
+    """``input_values`` (constant inputs, e.g. a sample rate) are folded in first by the specialize pre-pass:
+    shape subgraphs computed from them become constants and an If on them takes its branch."""
+    if input_values:
+        from graphcost.passes.specialize import onnx_types, specialize
+
+        folded = specialize(model.proto, input_values=dict(input_values), types=onnx_types(model.proto))
+        model = Model(folded, model.path, model.base_dir)
     token = _FLAT.set(not _has_subgraphs(model.proto.graph))
     try:
         return _infer_shapes(model, input_shapes=input_shapes, dims=dims)
