@@ -28,7 +28,8 @@ from graphcost.binding import Binding, check_names, defaults_break, sizes_the_mo
 from graphcost.graph import Graph
 from graphcost.load import Model, load
 from graphcost.passes.costs import CostResult, count_costs
-from graphcost.passes.shapes import ShapeResult, infer_shapes
+from graphcost.passes.shapes import ShapeResult, infer_shapes, with_input_shapes
+from graphcost.passes.specialize import onnx_types, specialize_for_costs
 from graphcost.passes.validate import Validation, check_binding, raise_refusals, validate
 
 MAX_INPUT_VALUE_ELEMENTS = 1024
@@ -135,7 +136,7 @@ class Analysis:
         m = _specialized(m, values)
         given = dict(dims or {})
         with stage("shapes"):
-            shapes = infer_shapes(m, input_shapes=shapes_given or None, dims=given or None, **_values_kw(values))
+            shapes = infer_shapes(m, input_shapes=shapes_given or None, dims=given or None, input_values=values or None)
         graph = shapes.graph
         with stage("costs", graph):
             costs = count_costs(graph)
@@ -168,7 +169,7 @@ class Analysis:
         known = {d: base.values[d] for d in needed if d in base.user}
         known.update({d: v for d, (v, _) in stated.items() if d in needed and d not in known})
         candidates = [d for d in needed if d not in known]
-        broken, why = defaults_break(self._proto_with_input_shapes(), known, candidates)
+        broken, why = defaults_break(with_input_shapes(self.model.proto, self.input_shapes), known, candidates)
         out = base.for_run(needed, stated, broken, why)
         if out.taken:
             with stage("validate", self.graph):
@@ -183,26 +184,6 @@ class Analysis:
                 out[name] = [_bare(d) for d in t.shape]
         return out
 
-    def _proto_with_input_shapes(self) -> onnx.ModelProto:
-        proto = self.model.proto
-        if not self.input_shapes:
-            return proto
-        out = onnx.ModelProto()
-        out.CopyFrom(proto)
-        for vi in out.graph.input:
-            shape = self.input_shapes.get(vi.name)
-            if shape is None or not vi.type.HasField("tensor_type"):
-                continue
-            tt = vi.type.tensor_type
-            tt.ClearField("shape")
-            tt.shape.SetInParent()
-            for d in shape:
-                dim = tt.shape.dim.add()
-                if isinstance(d, int):
-                    dim.dim_value = d
-                else:
-                    dim.dim_param = d
-        return out
 
 
 def _bare(d: Dim) -> int | str | None:
@@ -219,21 +200,13 @@ def all_dims(graph: Graph, costs: CostResult) -> set[str]:
         for v in (c.flops, c.macs, c.bytes_read, c.bytes_written, c.multiplier):
             if v is not None and not isinstance(v, int):
                 names |= free_names(v)
-    for g in walk(graph):
+    for g in graph.walk():
         for t in g.tensors().values():
             if t.shape is not None:
                 for d in t.shape:
                     if not isinstance(d, int):
                         names |= free_names(d)
     return names
-
-
-def walk(graph: Graph) -> Iterator[Graph]:
-    """The graph and its subgraphs, outer first."""
-    yield graph
-    for node in graph.nodes():
-        for _, child in graph.children(node.name):
-            yield from walk(child)
 
 
 # ------------------------------------------------------------------------------------------------ input values
@@ -293,18 +266,11 @@ def _shaped(name: str, arr: np.ndarray, tt: onnx.TypeProto.Tensor) -> np.ndarray
     return arr.reshape(sizes)  # type: ignore[arg-type]
 
 
-def _values_kw(values: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``input_values=`` for ``infer_shapes`` when there are values (the specialize pre-pass folds them there)."""
-    return {"input_values": dict(values)} if values else {}
-
-
 def _specialized(m: Model, values: Mapping[str, np.ndarray]) -> Model:
     """With input values: the model whose node list is the one to cost (``passes.specialize.specialize_for_costs``:
     an If whose condition the values decide is replaced by its taken branch; inputs stay inputs)."""
     if not values:
         return m
-    from graphcost.passes.specialize import onnx_types, specialize_for_costs
-
     with stage("specialize"):
         proto = specialize_for_costs(m.proto, input_values=dict(values), types=onnx_types(m.proto))
     return Model(proto, m.path, m.base_dir)
@@ -317,4 +283,4 @@ def check_dims(dims: Mapping[str, int], analyses: Sequence[Analysis]) -> None:
     check_names(dims, known, owner="models A and B" if len(analyses) > 1 else "the model")
 
 
-__all__ = ["Analysis", "PassError", "all_dims", "check_dims", "input_arrays", "stage", "walk"]
+__all__ = ["Analysis", "PassError", "all_dims", "check_dims", "input_arrays", "stage"]

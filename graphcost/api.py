@@ -18,7 +18,7 @@ from typing import Any
 
 from graphcost._dims import Dim, numel, to_text
 from graphcost._sym import sympy
-from graphcost.analysis import Analysis, PassError, walk
+from graphcost.analysis import Analysis, PassError
 from graphcost.analysis import all_dims as all_dims  # where callers found it before the front door
 from graphcost.analysis import stage as _stage
 from graphcost.binding import DEFAULT_DIM_VALUE
@@ -297,7 +297,7 @@ def _parameter_totals(graph: Graph) -> tuple[int, int]:
     """(count, bytes) of the parameters of the graph and its child graphs (static shapes only)."""
     params = 0
     param_bytes = 0
-    for g in walk(graph):
+    for g in graph.walk():
         for t in g.tensors().values():
             if t.kind != TensorKind.PARAMETER or t.shape is None:
                 continue

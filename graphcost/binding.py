@@ -30,6 +30,8 @@ from typing import Any
 
 import onnx
 
+from graphcost.passes.shapes import bind_inputs, strip_shapes
+
 DEFAULT_DIM_VALUE = 1
 """The value of a dim nobody bound (static analysis), always said with a warning; the only definition."""
 
@@ -209,17 +211,8 @@ def defaults_break(proto: onnx.ModelProto, bound: Mapping[str, int], candidates:
 
 
 def _strict_error(proto: onnx.ModelProto, values: Mapping[str, int]) -> str | None:
-    m = onnx.ModelProto()
-    m.CopyFrom(proto)
-    del m.graph.value_info[:]
-    for o in m.graph.output:
-        if o.type.HasField("tensor_type"):
-            o.type.tensor_type.ClearField("shape")
-    for vi in m.graph.input:
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            for d in vi.type.tensor_type.shape.dim:
-                if d.HasField("dim_param") and d.dim_param in values:
-                    d.dim_value = int(values[d.dim_param])
+    m = strip_shapes(proto)
+    bind_inputs(m, values)
     try:
         onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=True, data_prop=True)
     except Exception as e:  # onnx raises InferenceError, ValidationError or RuntimeError depending on the op

@@ -164,10 +164,6 @@ def parse_dims(items: Sequence[str]) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------------------ --dim, --input-shape, --input-value
-MAX_INPUT_VALUE_ELEMENTS = 1024
-"""``--input-value`` takes a scalar or a short list (a sample rate, a target shape), never data."""
-
-
 def model_flags(p: argparse.ArgumentParser) -> None:
     """``--dim``, ``--input-shape`` and ``--input-value``: the one definition every subcommand that takes a model
     uses, parsed by :func:`parse_model_flags`."""
@@ -216,6 +212,8 @@ def parse_model_flags(args: argparse.Namespace) -> ModelFlags:
 
 def _parse_input_value(item: str) -> tuple[str, Any]:
     """``sr=16000`` → ("sr", 16000); ``shape=1,3,224,224`` → ("shape", [1, 3, 224, 224]); ``flag=true``."""
+    from graphcost.analysis import MAX_INPUT_VALUE_ELEMENTS  # a scalar or a short list, never data
+
     name, sep, text = item.partition("=")
     if not sep or not name.strip() or not text.strip():
         raise CliError(f"--input-value {item!r}: expected NAME=V, e.g. sr=16000 or shape=1,3,224,224")
@@ -408,7 +406,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # argparse would name the top-level parser; point at the subcommand's help instead

@@ -31,7 +31,7 @@ from onnx import numpy_helper
 from graphcost._dims import parse_dim
 from graphcost.analysis import Analysis
 from graphcost.binding import DEFAULT_DIM_VALUE
-from graphcost.graph import Graph
+from graphcost.graph import Graph, node_attribute
 from graphcost.load import display_path, external_files, load
 from graphcost.measure import _ort_session
 from graphcost.measure._bounded import RunRefused, check_bounded, terminate_as_exit
@@ -150,9 +150,8 @@ def fold_model(path: str | os.PathLike[str], out_path: str | os.PathLike[str], *
                                 location=data_name, size_threshold=1024)
             else:
                 onnx.save_model(full, tmp_model)
-            original = src if _utf8(src) else _file_bytes(src)
-            folded = tmp_model if _utf8(tmp_model) else full.SerializeToString()
-            max_abs, max_rel = verify(original, folded, full.graph, binding, rtol=rtol, atol=atol, seed=seed,
+            # a name onnxruntime cannot take is handed over as the file's bytes (_ort_session.session)
+            max_abs, max_rel = verify(src, tmp_model, full.graph, binding, rtol=rtol, atol=atol, seed=seed,
                                       feeds=feeds)
             if os.path.exists(os.path.join(tmp, data_name)):
                 os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
@@ -176,11 +175,6 @@ def _utf8(path: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _file_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def _input_shapes(graph: Graph) -> dict[str, tuple[Any, ...]]:
@@ -234,12 +228,13 @@ def _fold_preceding(values: _Values, node: onnx.NodeProto, s: np.ndarray, t: np.
     if op == "Conv":
         w2 = w * s.reshape(-1, *[1] * (w.ndim - 1))  # W [M, C/g, k...]: output channel on axis 0
     elif op == "ConvTranspose":
-        g = _attr(node, "group", 1)
+        g = node_attribute(node, "group", 1)
         per = w.shape[1]  # W [C, M/g, k...]: output channel gi·(M/g) + j lives in group gi's rows, column j
         grouped = w.reshape(g, w.shape[0] // g, per, *w.shape[2:])
         w2 = (grouped * s.reshape(g, 1, per, *[1] * (w.ndim - 2))).reshape(w.shape)
     elif op == "Gemm":
-        w2 = w * s[:, None] if _attr(node, "transB", 0) else w * s[None, :]  # B [N, K] rows or B [K, N] columns
+        trans_b = node_attribute(node, "transB", 0)
+        w2 = w * s[:, None] if trans_b else w * s[None, :]  # B [N, K] rows or B [K, N] columns
         _gemm_bias(values, node, lambda c: c * s, t)
         values.write(node.input[1], w2)
         return
@@ -257,7 +252,7 @@ def _fold_following(values: _Values, node: onnx.NodeProto, s: np.ndarray, t: np.
     w = values.get(node.input[1]).astype(np.float64)
     op = node.op_type
     if op == "Conv":
-        g = _attr(node, "group", 1)
+        g = node_attribute(node, "group", 1)
         m, cg = w.shape[0], w.shape[1]  # W [M, C/g, k...]
         grouped = w.reshape(g, m // g, cg, -1)
         extra = np.einsum("gmck,gc->gm", grouped, t.reshape(g, cg)).reshape(m)  # Σ_{c',k} W[m,c',k]·t_c
@@ -266,9 +261,9 @@ def _fold_following(values: _Values, node: onnx.NodeProto, s: np.ndarray, t: np.
     elif op == "ConvTranspose":  # legal only with t = 0: no bias change
         values.write(node.input[1], w * s.reshape(-1, *[1] * (w.ndim - 1)))
     elif op == "Gemm":
-        trans_b = _attr(node, "transB", 0)
+        trans_b = node_attribute(node, "transB", 0)
         b_op = w.T if trans_b else w  # B' [K, N]
-        alpha = _attr(node, "alpha", 1.0)
+        alpha = node_attribute(node, "alpha", 1.0)
         extra = alpha * (t @ b_op)
         values.write(node.input[1], w * s[None, :] if trans_b else w * s[:, None])
         _gemm_bias(values, node, lambda c: c, extra)
@@ -292,7 +287,7 @@ def _conv_bias(values: _Values, node: onnx.NodeProto, update: Any, fresh: np.nda
 
 def _gemm_bias(values: _Values, node: onnx.NodeProto, update: Any, extra: np.ndarray) -> None:
     """Gemm: Y = α·A'B' + β·C. New C' with β·C' = β·update(C) + extra, or C' = extra with β := 1."""
-    beta = _attr(node, "beta", 1.0)
+    beta = node_attribute(node, "beta", 1.0)
     if len(node.input) > 2 and node.input[2] and beta != 0:
         c = values.get(node.input[2]).astype(np.float64)
         values.write(node.input[2], update(c) + extra / beta)
@@ -315,13 +310,6 @@ def _to_gemm(values: _Values, node: onnx.NodeProto, bias: np.ndarray) -> None:
     node.op_type = "Gemm"
     del node.attribute[:]
     node.input.append(name)
-
-
-def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
 
 
 def _set_attr(node: onnx.NodeProto, name: str, value: float) -> None:

@@ -117,10 +117,27 @@ class Node:
 
     def attribute(self, name: str) -> Any | None:
         """Decoded attribute value, or None when the node does not set it (schema defaults: see ops)."""
-        for a in self.proto.attribute:
-            if a.name == name:
-                return onnx.helper.get_attribute_value(a)
-        return None
+        return node_attribute(self.proto, name, None)
+
+
+def node_attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    """The decoded value of attribute ``name`` of a NodeProto, or ``default`` when the node does not set it."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """A GraphProto and every subgraph its nodes' attributes hold, outer first."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from graph_protos(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from graph_protos(g)
 
 
 _TYPE_CACHE: dict[bytes, tuple[Shape | None, str]] = {}
@@ -382,6 +399,13 @@ class Graph:
     def children(self, node: str) -> list[tuple[str, Graph]]:
         """Subgraphs held by a node's attributes, as (attribute label, child graph)."""
         return list(self._children.get(node, []))
+
+    def walk(self) -> Iterator[Graph]:
+        """This graph and every subgraph below it, outer first, in node order."""
+        yield self
+        for node in self.nodes():
+            for _, child in self.children(node.name):
+                yield from child.walk()
 
     def is_constant(self, tensor: str) -> bool:
         """True for initializers and Constant-node outputs (values known before the run)."""

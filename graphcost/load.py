@@ -26,16 +26,14 @@ from graphcost import _scan
 from graphcost.graph import Graph
 from graphcost.report.escape import terminal_text
 
-__all__ = ["LoadError", "Model", "clean_strings", "display_path", "external_data_path", "external_files", "load",
-           "model_text", "opset_lookup"]
+__all__ = ["LoadError", "Model", "clean_strings", "display_path", "external_data_path", "external_files",
+           "external_refs", "load", "model_text", "opset_lookup"]
 
 
 class LoadError(Exception):
     """A model that cannot be read; the message is one line naming the file and the problem."""
 
 
-# C0 controls, DEL and C1 controls, bidi embeddings/overrides/isolates, line/paragraph separators, lone surrogates:
-# the characters graphcost.report.escape.terminal_text shows escaped, so a path reads the same in both places.
 def display_path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
     """``path`` as one printable line of valid text, for messages and reports.
 
@@ -74,7 +72,7 @@ def external_files(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> list
     real = os.path.realpath(path)
     base_dir, own = os.path.dirname(real), _scan.own_location(real)
     out: set[str] = set()
-    for t, info in _external_refs(proto):
+    for t, info in external_refs(proto):
         location = info.get("location", "")
         if location != own:
             out.add(external_data_path(base_dir, location, model=os.fspath(path), tensor=t.name))
@@ -286,7 +284,7 @@ def _node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]
                     yield from _iter_tensors(g)
 
 
-def _external_refs(proto: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, dict[str, str]]]:
+def external_refs(proto: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, dict[str, str]]]:
     """Each externally stored tensor of the model (graph, local functions, training graphs) with its entries."""
     tensors: list[Iterable[onnx.TensorProto]] = [_iter_tensors(proto.graph)]
     tensors += [_node_tensors(f.node) for f in proto.functions]
@@ -300,7 +298,7 @@ def _external_refs(proto: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, d
 def _check_external(proto: onnx.ModelProto, shown: str, base_dir: str, own_location: str) -> None:
     """External data must stay in the model's folder, be regular files and be long enough; it is never read."""
     sizes: dict[str, int] = {}
-    for t, info in _external_refs(proto):
+    for t, info in external_refs(proto):
         location = info.get("location", "")
         if not location:
             raise LoadError(f"{shown}: tensor {t.name!r} is external but names no file")

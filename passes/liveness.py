@@ -289,19 +289,12 @@ def arena(graph: Graph, binding: Mapping[str, int], alignment: int = 64) -> Aren
 
 
 # ----------------------------------------------------------------------------------------------- training
-def _walk(graph: Graph) -> Iterator[Graph]:
-    yield graph
-    for node in graph.nodes():
-        for _, child in graph.children(node.name):
-            yield from _walk(child)
-
-
 def _parameter_bytes(p: Problem, graph: Graph, sized: Sizes, unknown: list[tuple[str, str]]) -> tuple[int, int]:
     """Bytes of every parameter (initializers and Constant weights, subgraphs included), and of the floating ones;
     ``p`` is ``graph``'s problem (which lists its subgraphs)."""
     total = floating = 0
     cache, parameter = sized.cache, TensorKind.PARAMETER
-    for g in (graph, *(g for child in p.subgraphs for g in _walk(child))):
+    for g in (graph, *(g for child in p.subgraphs for g in child.walk())):
         for t in g.tensors().values():
             if t.kind == parameter:
                 hit = cache.get((t.shape, t.dtype))

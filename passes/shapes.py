@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import importlib.util
 import io
 import os
@@ -33,9 +34,10 @@ import numpy as np
 import onnx
 
 from graphcost._dims import Dim, free_names, parse_dim, to_text
-from graphcost.graph import Graph
+from graphcost.graph import Graph, graph_protos
 from graphcost.load import Model, opset_lookup
 from graphcost.passes import _contrib_shapes, _datadep
+from graphcost.passes.specialize import onnx_types, specialize
 
 InputShape = Sequence[int | str]
 
@@ -76,18 +78,24 @@ def infer_shapes(
     dims: Mapping[str, int] | None = None,
     input_values: Mapping[str, Any] | None = None,
 ) -> ShapeResult:
-    """``input_values`` (constant inputs, e.g. a sample rate) are folded in first by the specialize pre-pass:
-    shape subgraphs computed from them become constants and an If on them takes its branch."""
-    if input_values:
-        from graphcost.passes.specialize import onnx_types, specialize
+    """Every value's type, symbolic dims kept (see the module docstring).
 
-        folded = specialize(model.proto, input_values=dict(input_values), types=onnx_types(model.proto))
-        model = Model(folded, model.path, model.base_dir)
+    ``input_values`` (constant inputs, e.g. a sample rate) only add types: the model with the values folded in
+    by the specialize pre-pass (shape subgraphs computed from them become constants) is inferred too, and each
+    value takes the better-resolved of the two types. The graph returned keeps every node and input of ``model``.
+    """
     token = _FLAT.set(not _has_subgraphs(model.proto.graph))
     try:
-        return _infer_shapes(model, input_shapes=input_shapes, dims=dims)
+        plain = _infer_shapes(model, input_shapes=input_shapes, dims=dims)
+        if not input_values:
+            return plain
+        folded = specialize(model.proto, input_values=dict(input_values), types=onnx_types(model.proto))
+        seeded = _infer_shapes(Model(folded, model.path, model.base_dir), input_shapes=input_shapes, dims=dims)
     finally:
         _FLAT.reset(token)
+    types = _merge(dict(seeded.types), dict(plain.types))
+    graph = Graph(plain.source.graph, opset_lookup(plain.source), base_dir=model.base_dir, types=types)
+    return dataclasses.replace(plain, graph=graph, types=types, engines=(*plain.engines, "specialize"))
 
 
 def _infer_shapes(
@@ -97,19 +105,10 @@ def _infer_shapes(
     dims: Mapping[str, int] | None,
 ) -> ShapeResult:
     warnings: list[ShapeWarning] = []
-    base = model.proto  # read only; the copies below are what inference may change
-    if input_shapes:
-        base = onnx.ModelProto()
-        base.CopyFrom(model.proto)
-        input_names = {vi.name for vi in base.graph.input}
-        for name, shape in input_shapes.items():
-            if name not in input_names:
-                raise ValueError(f"--input-shape names {name!r}, which is not a graph input "
-                                 f"(inputs: {', '.join(sorted(input_names)) or 'none'})")
-            _set_input_shape(base, name, shape)
+    base = with_input_shapes(model.proto, input_shapes)  # read only; the copies below are what inference may change
 
     declared = _collect_types(base.graph)
-    stripped = _strip_shapes(base)
+    stripped = strip_shapes(base)
     engines = ["onnx"]
     inferred = _onnx_infer(stripped, warnings)
     typed = _collect_types(inferred.graph)
@@ -152,7 +151,7 @@ def _infer_shapes(
     if bound and _unresolved(inferred.graph, typed, names):
         concrete = onnx.ModelProto()
         concrete.CopyFrom(stripped)
-        if _bind_inputs(concrete, bound):
+        if bind_inputs(concrete, bound):
             engines.append("bound-dims")
             c_inf = _onnx_infer(concrete, [])
             c_types = _collect_types(c_inf.graph)
@@ -206,6 +205,23 @@ def parse_input_shape(text: str) -> tuple[str, list[int | str]]:
     return name.strip(), dims
 
 
+def with_input_shapes(proto: onnx.ModelProto, input_shapes: Mapping[str, InputShape] | None) -> onnx.ModelProto:
+    """``proto`` itself when no shapes are given, else a copy whose named graph inputs have those whole shapes.
+
+    Raises ValueError naming an input the graph does not have."""
+    if not input_shapes:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    input_names = {vi.name for vi in out.graph.input}
+    for name, shape in input_shapes.items():
+        if name not in input_names:
+            raise ValueError(f"--input-shape names {name!r}, which is not a graph input "
+                             f"(inputs: {', '.join(sorted(input_names)) or 'none'})")
+        _set_input_shape(out, name, shape)
+    return out
+
+
 def _set_input_shape(model: onnx.ModelProto, name: str, dims: InputShape) -> None:
     for vi in model.graph.input:
         if vi.name != name:
@@ -221,7 +237,8 @@ def _set_input_shape(model: onnx.ModelProto, name: str, dims: InputShape) -> Non
                 dim.dim_param = d
 
 
-def _bind_inputs(model: onnx.ModelProto, bound: Mapping[str, int]) -> bool:
+def bind_inputs(model: onnx.ModelProto, bound: Mapping[str, int]) -> bool:
+    """Give the graph inputs' dims named in ``bound`` their values, in place; whether any changed."""
     changed = False
     for vi in model.graph.input:
         if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
@@ -388,16 +405,10 @@ def _has_subgraphs(graph: onnx.GraphProto) -> bool:
 
 
 def _walk_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    if _FLAT.get():
+    if _FLAT.get():  # a model without subgraphs: no need to look at every node's attributes
+        yield graph
         return
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _walk_graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _walk_graphs(g)
+    yield from graph_protos(graph)
 
 
 def _collect_types(graph: onnx.GraphProto) -> TypeTable:
@@ -413,7 +424,7 @@ def _collect_types(graph: onnx.GraphProto) -> TypeTable:
     return out
 
 
-def _strip_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+def strip_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy without stored intermediate shapes and with output shapes cleared (dtype kept)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)

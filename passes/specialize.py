@@ -39,12 +39,13 @@ graph order, so the same input gives the same output bytes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 
+from graphcost.graph import graph_protos
 from graphcost.passes import _shape_eval
 from graphcost.passes._shape_eval import MAX_ELEMENTS, NotEvaluable
 
@@ -137,7 +138,7 @@ def onnx_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     except Exception:  # an engine that fails gives no types, which only means fewer Shape nodes evaluate
         return {}
     out: dict[str, onnx.TypeProto] = {}
-    for g in _graphs(inferred.graph):
+    for g in graph_protos(inferred.graph):
         for seq in (g.input, g.value_info, g.output):
             for vi in seq:
                 if vi.name not in out and vi.HasField("type"):
@@ -441,20 +442,9 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
     return None
 
 
-def _graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sub in a.graphs:
-                    yield from _graphs(sub)
-
-
 def _all_names(g: onnx.GraphProto) -> set[str]:
     names: set[str] = set()
-    for sub in _graphs(g):
+    for sub in graph_protos(g):
         names.update(vi.name for vi in sub.input)
         names.update(vi.name for vi in sub.output)
         names.update(t.name for t in sub.initializer)
@@ -470,7 +460,7 @@ def _all_names(g: onnx.GraphProto) -> set[str]:
 def _definitions(g: onnx.GraphProto) -> Counter[str]:
     """How often each value name is defined in ``g`` and its subgraphs."""
     out: Counter[str] = Counter()
-    for sub in _graphs(g):
+    for sub in graph_protos(g):
         out.update(vi.name for vi in sub.input)
         out.update(t.name for t in sub.initializer)
         out.update(o for n in sub.node for o in n.output if o)
@@ -485,7 +475,7 @@ def _reads(nodes: list[onnx.NodeProto], g: onnx.GraphProto) -> list[str]:
         for a in n.attribute:
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
                         list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
-                for inner in _graphs(sub):
+                for inner in graph_protos(sub):
                     for m in inner.node:
                         out.extend(m.input)
                     out.extend(vi.name for vi in inner.output)

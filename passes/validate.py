@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,7 +205,7 @@ def check_binding(graph: Graph, binding: Mapping[str, int]) -> Validation:
     """
     findings: list[Finding] = []
     checked: dict[Dim, str | None] = {}
-    for g in _walk(graph):
+    for g in graph.walk():
         for t in g.tensors().values():
             if t.shape is None:
                 continue
@@ -236,13 +236,6 @@ def _dim_problem(d: Dim, binding: Mapping[str, int]) -> str | None:
     if not math.isfinite(value) or value < 0 or value != int(value):  # NaN or infinite, negative, fractional
         return f"is {value:g}{under}, not a whole number ≥ 0"
     return None
-
-
-def _walk(graph: Graph) -> Iterable[Graph]:
-    yield graph
-    for node in graph.nodes():
-        for _, child in graph.children(node.name):
-            yield from _walk(child)
 
 
 __all__ = ["Finding", "InvalidModel", "Severity", "Validation", "check_binding", "raise_refusals", "validate"]

@@ -257,3 +257,35 @@ def test_fold_verifies_a_model_whose_file_name_is_not_utf8(tmp_path: Path, capsy
     code, stdout, err = cli(capsys, "fold", src, "-o", str(out), "--dim", "height=16", "--dim", "width=16")
     assert code == 0, err
     assert "verified in onnxruntime" in stdout and "m\\udcff.onnx" in stdout and out.is_file()
+
+
+IF_ON_SR = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (int64 sr, float[1,64] x, float[64,128] w1, float[64,32] w2, float[32,128] w3) => (float[1,128] y) {
+  k = Constant<value = int64 {16000}>()
+  c = Equal(sr, k)
+  y = If(c) <
+    then_branch = t () => (float[1,128] ty) { ty = MatMul(x, w1) },
+    else_branch = e () => (float[1,128] ey) { eh = MatMul(x, w2)  ey = MatMul(eh, w3) }
+  >
+}
+"""
+
+
+@pytest.mark.parametrize(("flags", "macs"), [
+    ((), max(64 * 128, 64 * 32 + 32 * 128)),  # no value: the more expensive branch (then: 8,192 > 6,144)
+    (("--input-value", "sr=16000"), 64 * 128),  # then: x(1×64)·w1(64×128)
+    (("--input-value", "sr=8000"), 64 * 32 + 32 * 128),  # else: x·w2(64×32), then (1×32)·w3(32×128)
+])
+def test_input_value_takes_one_branch_and_keeps_the_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          flags: tuple[str, ...], macs: int) -> None:
+    import json
+
+    path = tmp_path / "vad.onnx"
+    onnx.save(onnx.parser.parse_model(IF_ON_SR), str(path))
+    assert main(["analyze", str(path), "--format", "json", *flags]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["totals"]["macs"] == macs
+    # the value only decides shapes and the branch: sr stays an input, not a stored parameter
+    assert report["model"]["parameter_count"] == 0
+    assert report["model"]["inputs"][0]["name"] == "sr"

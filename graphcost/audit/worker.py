@@ -49,7 +49,7 @@ from graphcost import _scan
 from graphcost.analysis import Analysis
 from graphcost.audit.rows import partial_reason, summarize_report
 from graphcost.hardware.spec import HardwareSpec
-from graphcost.load import LoadError, clean_strings, external_data_path, load, model_text
+from graphcost.load import LoadError, clean_strings, external_data_path, external_refs, load, model_text
 from graphcost.report.units import bytes_
 
 ALARM_GRACE_S = 5
@@ -186,7 +186,10 @@ def confined_externals(proto: onnx.ModelProto, path: str) -> dict[str, Any]:
     base, own = os.path.dirname(real), _scan.own_location(real)
     files: set[str] = set()
     problem: str | None = None
-    for loc in _external_locations(proto):
+    for _, info in external_refs(proto):
+        if "location" not in info:
+            continue  # names no file: the analysis refuses it and says so
+        loc = info["location"]
         if isinstance(loc, bytes):
             problem = problem or f"external data location {model_text(loc)!r} is not UTF-8 text"
             continue
@@ -197,49 +200,6 @@ def confined_externals(proto: onnx.ModelProto, path: str) -> dict[str, Any]:
         except LoadError as e:
             problem = problem or _one_line(e)
     return {"files": sorted(files), "problem": problem}
-
-
-def _external_locations(proto: onnx.ModelProto) -> list[str | bytes]:
-    """The ``location`` of every externally stored tensor: graph, subgraphs, local functions, training graphs."""
-    out: list[str | bytes] = []
-
-    def tensor(t: onnx.TensorProto) -> None:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            out.extend(e.value for e in t.external_data if e.key == "location")
-
-    def nodes(ns: Any) -> None:
-        for node in ns:
-            for a in node.attribute:
-                if a.HasField("t"):
-                    tensor(a.t)
-                for t in a.tensors:
-                    tensor(t)
-                if a.HasField("sparse_tensor"):
-                    tensor(a.sparse_tensor.values)
-                    tensor(a.sparse_tensor.indices)
-                for st in a.sparse_tensors:
-                    tensor(st.values)
-                    tensor(st.indices)
-                if a.HasField("g"):
-                    graph(a.g)
-                for g in a.graphs:
-                    graph(g)
-
-    def graph(g: onnx.GraphProto) -> None:
-        for t in g.initializer:
-            tensor(t)
-        for s in g.sparse_initializer:
-            tensor(s.values)
-            tensor(s.indices)
-        nodes(g.node)
-
-    graph(proto.graph)
-    for f in proto.functions:
-        nodes(f.node)
-    for ti in proto.training_info:
-        graph(ti.initialization)
-        graph(ti.algorithm)
-    return out
 
 
 def hash_task(task: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphcost.graph import node_attribute
+
 MAX_ITERATIONS = 10**6
 """Body executions graphcost will run, all loops of the model together (nesting multiplies)."""
 MAX_EVAL_ELEMENTS = 1 << 16
@@ -148,7 +150,7 @@ def _loop_trips(scope: _Scope, node: onnx.NodeProto, limit: int) -> int:
 
 
 def _scan_trips(scope: _Scope, node: onnx.NodeProto) -> int:
-    n_scan = int(_attr(node, "num_scan_inputs", 0))
+    n_scan = int(node_attribute(node, "num_scan_inputs", 0))
     if n_scan < 1 or len(node.input) < n_scan:
         raise RunRefused(f"{_label(node)}: no scan inputs (num_scan_inputs {n_scan})", _label(node))
     first = node.input[len(node.input) - n_scan]
@@ -156,7 +158,7 @@ def _scan_trips(scope: _Scope, node: onnx.NodeProto) -> int:
     if scope.opset < 9:  # Scan-8: [batch, sequence, ...], the body runs per batch element and step
         axes, per = [1], (shape[0] if shape and shape[0] is not None else None)
     else:
-        axes, per = list(_attr(node, "scan_input_axes", None) or [0]), 1
+        axes, per = list(node_attribute(node, "scan_input_axes", None) or [0]), 1
     axis = axes[0]
     if shape is not None and axis < 0:
         axis += len(shape)
@@ -277,7 +279,7 @@ class _Scope:
             dims = np.array(shape, dtype=np.int64)
             if node.op_type == "Size":
                 return np.array(int(np.prod(dims)), dtype=np.int64)
-            start, end = _attr(node, "start", None), _attr(node, "end", None)
+            start, end = node_attribute(node, "start", None), node_attribute(node, "end", None)
             return dims[slice(start, end)]
         args: dict[str, np.ndarray] = {}
         for i in node.input:
@@ -346,13 +348,6 @@ def _scalar(value: np.ndarray) -> int | None:
     if value.size != 1 or value.dtype.kind not in "iu":
         return None
     return int(value.reshape(-1)[0])
-
-
-def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
 
 
 def _label(node: onnx.NodeProto) -> str:
