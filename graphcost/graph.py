@@ -120,6 +120,18 @@ class Node:
         return node_attribute(self.proto, name, None)
 
 
+def unique_node_name(proto: onnx.NodeProto, index: int, used: set[str]) -> str:
+    """The name graphcost gives the ``index``-th node of a graph: its own, ``<op>_<index>`` when it has none,
+    ``_2``, ``_3``... on a repeat of a name in ``used`` (which gets the result added)."""
+    base = name = proto.name or f"{proto.op_type}_{index}"
+    k = 1
+    while name in used:
+        k += 1
+        name = f"{base}_{k}"
+    used.add(name)
+    return name
+
+
 def node_attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
     """The decoded value of attribute ``name`` of a NodeProto, or ``default`` when the node does not set it."""
     for a in node.attribute:
@@ -262,14 +274,7 @@ class Graph:
 
         used_names: set[str] = set()
         for index, proto in enumerate(g.node):
-            base = proto.name or f"{proto.op_type}_{index}"
-            name = base
-            k = 1
-            while name in used_names:
-                k += 1
-                name = f"{base}_{k}"
-            used_names.add(name)
-            full = f"{self.prefix}{name}"
+            full = f"{self.prefix}{unique_node_name(proto, index, used_names)}"
             domain = proto.domain or DEFAULT_DOMAIN
             opset = self.opsets.get(proto.domain or "", self.opsets.get(domain, 0))
             node = Node(full, proto.op_type, domain, opset, tuple(proto.input), tuple(proto.output), index, proto)

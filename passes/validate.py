@@ -36,7 +36,7 @@ from typing import Any
 import onnx
 
 from graphcost._dims import Dim, evaluate, free_names, to_text
-from graphcost.graph import Graph, cycle_text, find_cycle
+from graphcost.graph import Graph, cycle_text, find_cycle, unique_node_name
 from graphcost.load import Model
 
 
@@ -130,17 +130,11 @@ def _graph_findings(graph: onnx.GraphProto, prefix: str, outer: frozenset[str], 
     ops: list[str] = []
     reads: list[Any] = []
     producer: dict[str, int] = {}  # tensor → index of the first node writing it
-    used: set[str] = set()  # the names Graph gives: unnamed ``<op>_<index>``, repeats ``_2``, ``_3``...
+    used: set[str] = set()  # the names Graph gives (graph.unique_node_name)
     holders: list[tuple[int, onnx.NodeProto]] = []
     for index, proto in enumerate(graph.node):
         op, raw = proto.op_type, proto.name
-        name = base = raw or f"{op}_{index}"
-        k = 1
-        while name in used:
-            k += 1
-            name = f"{base}_{k}"
-        used.add(name)
-        name = prefix + name
+        name = prefix + unique_node_name(proto, index, used)
         names.append(name)
         ops.append(op)
         reads.append(proto.input)
