@@ -1,8 +1,11 @@
 """``graphcost bench MODEL``: measure a model in onnxruntime (and its native framework), optionally with the gap report.
 
-MODEL is an .onnx file, or ``ref:FRAMEWORK/ARCH`` for a reference model of ``graphcost.models.zoo``: that one is
-exported (and verified) into a temporary directory first, and ``--native`` also times it in its own framework on
-the same inputs. ``--gap`` (or the ``gap`` command) adds bounds, efficiencies and diagnoses.
+MODEL is an .onnx file, ``ref:FRAMEWORK/ARCH`` for a reference model of ``graphcost.models.zoo``, or
+``FILE.py:FACTORY`` (the file is imported and ``FACTORY()`` returns a torch module, a JAX function or flax.nnx
+module, a Keras model or a ``tf.function`` — or a ``(model, example_inputs)`` pair; else ``--input`` gives the
+example inputs, as for ``graphcost export``). A framework model is exported (and verified) into a temporary
+directory first, nothing is written beside the file, and ``--native`` also times it in its own framework on the
+same inputs. ``--gap`` (or the ``gap`` command) adds bounds, efficiencies and diagnoses.
 
 Exit codes: 0 measured (and, with ``--gap``, no row faster than its bound); 1 the gap report found an accounting
 error (a row measured faster than its bound); 2 bad input, one line on stderr.
@@ -25,8 +28,14 @@ EXIT_ACCOUNTING = 1
 def add_measure_flags(p: argparse.ArgumentParser) -> None:
     from graphcost.cli import model_flags
 
-    p.add_argument("model", help="an .onnx file, or ref:FRAMEWORK/ARCH (e.g. ref:torch/cnn) for a reference model")
+    p.add_argument("model", help="an .onnx file, ref:FRAMEWORK/ARCH (e.g. ref:torch/cnn) for a reference model, or "
+                                 "FILE.py:FACTORY for a model your code builds")
     model_flags(p)
+    p.add_argument("--input", action="append", default=[], metavar="NAME=DIMS[:DTYPE]",
+                   help="FILE.py:FACTORY: an example input (repeatable, in call order), as for graphcost export; "
+                        "named dims take their --dim size (batch 2, seq 16, others 2 by default)")
+    p.add_argument("--framework", choices=("torch", "tf", "jax"),
+                   help="FILE.py:FACTORY: the model's framework (inferred from the object when it can be)")
     p.add_argument("--batch", type=int, default=None, metavar="N", help="shorthand for --dim batch=N")
     p.add_argument("--provider", default="cpu", help="onnxruntime execution provider: cpu (default), cuda, tensorrt")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="intra-op threads (default: ORT's)")
@@ -35,7 +44,8 @@ def add_measure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--level", default="all", choices=("basic", "extended", "all"),
                    help="ORT graph optimization level (default all, ORT's own default)")
     p.add_argument("--native", action="store_true",
-                   help="also time a ref: model in its own framework (torch eager, jax.jit, tf.function)")
+                   help="also time a ref: or FILE.py:FACTORY model in its own framework (torch eager, jax.jit, "
+                        "tf.function)")
     p.add_argument("--compile", action="store_true", help="with --native on torch: time torch.compile too")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -83,19 +93,30 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
     if gap and args.budget_ms is not None and not args.budget_ms > 0:
         raise CliError(f"--budget-ms {args.budget_ms:g}: must be > 0")
     if args.compile and not args.native:
-        raise CliError("--compile times torch.compile in the native run: it needs --native (and a ref:torch/ARCH "
-                       "model)")
-    if not args.model.startswith("ref:") and not Path(args.model).is_file():
+        raise CliError("--compile times torch.compile in the native run: it needs --native (and a torch model: "
+                       "ref:torch/ARCH or FILE.py:FACTORY)")
+    factory = _factory_file(args.model)
+    if (args.input or args.framework) and factory is None:
+        raise CliError("--input and --framework are for FILE.py:FACTORY models")
+    if factory is None and not args.model.startswith("ref:") and not Path(args.model).is_file():
         raise CliError(f"{args.model}: no such file")  # before measuring roofs or exporting anything
-    if args.output:  # before anything runs: never over the model, its weights or the --hardware file
+    if factory is not None and not factory.is_file():
+        raise CliError(f"{factory}: no such file")
+    if args.output:  # before anything runs: never over the model, its weights, its code or the --hardware file
         from graphcost._outpath import guard, hardware_input, protected_paths
 
-        model = None if args.model.startswith("ref:") else args.model
-        guard(args.output, lambda: {**(protected_paths(model) if model else {}), **hardware_input(args.hardware)})
+        model = None if args.model.startswith("ref:") or factory is not None else args.model
+        code = {str(factory): "the model's code"} if factory is not None else {}
+        guard(args.output, lambda: {**(protected_paths(model) if model else {}), **code,
+                                    **hardware_input(args.hardware)})
     if gap and args.hardware is None and not args.peak_flops and args.memory_bandwidth is None:
         args.hardware = "measured"  # a measurement on this machine is bounded by its measured roofs
     with tempfile.TemporaryDirectory(prefix="graphcost-bench-") as tmp:
-        path, native_model = _resolve_model(args.model, Path(tmp), dims)
+        if factory is not None:
+            path, native_model = _export_factory(args, Path(tmp), dims)
+            flags = dataclasses.replace(flags, dims={})  # the sizes are in the example inputs, hence in the file
+        else:
+            path, native_model = _resolve_model(args.model, Path(tmp), dims)
         analysis = flags.analysis(str(path))  # validated, shapes, costs, dims checked: the front door
         binding, feeds = _run_inputs(analysis, native_model, args, flags.input_values)
         _check_bounded(analysis, path, feeds, bool(flags.input_values))  # before roofs are measured (30 s)
@@ -123,6 +144,68 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
         _write(args, _bench_json(ort_run, natives, args.model) if args.format == "json"
                else _bench_text(ort_run, natives, args.model))
         return 0
+
+
+def _factory_file(spec: str) -> Path | None:
+    """The FILE.py of a ``FILE.py:FACTORY`` source (None for an .onnx file or a ref: model)."""
+    file_part, sep, factory = spec.rpartition(":")
+    if not sep or spec.startswith("ref:") or not file_part.endswith(".py") or not factory.isidentifier():
+        return None
+    return Path(file_part)
+
+
+def _export_factory(args: argparse.Namespace, tmp: Path, dims: dict[str, int]) -> tuple[Path, Any]:
+    """``FILE.py:FACTORY`` built, exported at its example inputs (static shapes) into ``tmp``, and verified."""
+    from graphcost import oneshot
+    from graphcost._cmd_export import _error as export_error
+    from graphcost._cmd_export import _load_factory, parse_input
+    from graphcost.cli import CliError
+    from graphcost.export import ExportError
+    from graphcost.measure import FrameworkMissing
+
+    spec = args.model
+    was = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # importing the file writes no __pycache__ beside it
+    try:
+        built = _load_factory(spec)
+    except Exception as e:
+        if isinstance(e, CliError):  # _load_factory's own messages carry the export command's prefix
+            raise CliError(str(e).removeprefix(str(export_error("")))) from None
+        raise
+    finally:
+        sys.dont_write_bytecode = was
+    obj, inputs = built if isinstance(built, tuple) and len(built) == 2 and not args.input else (built, None)
+    if inputs is None:
+        if not args.input:
+            raise CliError(f"{spec}: give the example inputs with --input NAME=DIMS (e.g. --input x=batch,64), or "
+                           "return (model, example_inputs) from the factory")
+        import numpy as np
+
+        from graphcost._cmd_export import _example
+
+        rng = np.random.default_rng(args.seed)
+        inputs = {}
+        used: set[str] = set()
+        for text in args.input:
+            name, shape, dtype, named = parse_input(text, batch=dims.get("batch", 2), seq=dims.get("seq", 16))
+            shape = tuple(dims.get(named[a], d) if a in named else d for a, d in enumerate(shape))
+            used.update(named.values())
+            if name in inputs:
+                raise CliError(f"--input {name} given twice")
+            inputs[name] = _example(rng, shape, dtype)
+        unused = sorted(set(dims) - used)
+        if unused:
+            raise CliError(f"--dim {unused[0]}: no --input names that dim (the file is exported at the example "
+                           "inputs' sizes)")
+    elif dims:
+        raise CliError(f"--dim {sorted(dims)[0]}: the factory's example inputs fix every size")
+    try:
+        exported = oneshot.export(obj, inputs, framework=args.framework, cache_dir=tmp)
+    except (FrameworkMissing, ValueError) as e:
+        raise CliError(f"{spec}: {str(e).splitlines()[0]}") from None
+    except ExportError as e:
+        raise CliError(f"{spec}: export failed: {str(e).splitlines()[0]}") from None
+    return exported.path, exported.native
 
 
 def _resolve_model(spec: str, tmp: Path, dims: dict[str, int]) -> tuple[Path, Any]:
@@ -236,7 +319,8 @@ def _run_natives(model: Any, ort_run: Any, args: argparse.Namespace) -> list[Any
     from graphcost.measure import time_jax, time_tf, time_torch
 
     if model is None:
-        raise CliError("--native needs a ref:FRAMEWORK/ARCH model (an .onnx file has no native framework)")
+        raise CliError("--native needs a ref:FRAMEWORK/ARCH or FILE.py:FACTORY model (an .onnx file has no native "
+                       "framework)")
     inputs = list(model.inputs.values())
     kw = {"warmup": args.warmup, "repeats": args.repeats}
     if model.framework == "torch":

@@ -3,8 +3,10 @@
 Without ``--against`` it prints the groups of the policy (default ``ideal``) with their bytes and times and
 the boundaries by reason. With ``--against ort`` it also runs onnxruntime's graph optimizer on the file and
 prints, group by group, ORT's kernels, bytes ideal vs ORT, and the bytes and µs ORT leaves on the table.
-The text passes ``terminal_text`` (``report/escape.py``): names are escaped before they are cut to a column,
-and every line again on the way out, so no control character from the model reaches the terminal.
+The text passes ``terminal_text`` (``report/escape.py``): node names are shown whole, as the model spells them,
+escaped (never trimmed or rewritten; they are each table's last column), and every line again on the way out, so
+no control character from the model reaches the terminal. ``--format csv`` writes one row per group through
+``report/csv.py`` (``csv_text``: spreadsheet-safe cells), like ``analyze --format csv``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
                    help="compare with onnxruntime's optimizer at LEVEL basic, extended or all (default: all, "
                         "ORT's own default)")
     p.add_argument("--policy", default="ideal", metavar="NAME", help="fusion policy: ideal (default) or none")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json", "csv"), default="text",
+                   help="text (default), json, or csv: one row per group, spreadsheet-safe (as analyze's)")
     model_flags(p)
     hardware_flags(p)
 
@@ -82,27 +85,27 @@ def run(args: argparse.Namespace) -> int:
         if comparison is not None:
             doc["against"] = comparison.to_dict()
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    elif args.format == "csv":
+        from graphcost.report.csv import render_fusion_csv
+
+        sys.stdout.write(render_fusion_csv(section, comparison))
     else:
         sys.stdout.write(render_text(args.model, hw, section, comparison, defaulted))
     return 0
 
 
 # --------------------------------------------------------------------------- text
-def _short(name: str, limit: int = 26) -> str:
-    """As many trailing path segments of a node name as fit (``h.0/mlp/c_fc/Gemm``), control characters
-    shown as escapes (``report/escape.py``) before the width is measured."""
-    parts = terminal_text(name).lstrip("/").split("/")
-    out = parts[-1]
-    for p in reversed(parts[:-1]):
-        if len(p) + 1 + len(out) > limit:
-            break
-        out = f"{p}/{out}"
-    return out if len(out) <= limit else "…" + out[-(limit - 1):]
+def _name(name: str) -> str:
+    """A node name as the model spells it, whole (``/h.0/mlp/c_fc/Gemm``), control characters shown as escapes
+    (``report/escape.py``): never trimmed or rewritten, so it can be searched for in the model. Names are the
+    last column of a table, so no width cuts them."""
+    return terminal_text(name)
 
 
 def _label(nodes: tuple[str, ...], infos: Mapping[str, Any]) -> str:
+    """The group's first kernel node, whole, and how many kernel nodes more: ``/h.0/mlp/c_fc/Gemm (+2)``."""
     shown = [n for n in nodes if infos[n].kernel] or list(nodes)
-    return _short(shown[0]) + (f" +{len(shown) - 1}" if len(shown) > 1 else "")
+    return _name(shown[0]) + (f" (+{len(shown) - 1})" if len(shown) > 1 else "")
 
 
 def _cell(text: str, width: int) -> str:
@@ -129,20 +132,20 @@ def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: l
                      "NAME=VALUE)")
     lines.append("")
     if comparison is None:
-        lines.append(f"{'group':<6} {'nodes':<34} {'unfused':>11} {'fused':>11} {'saved':>11} "
-                     f"{'time unfused':>13} {'time fused':>11}")
+        lines.append(f"{'group':<6} {'unfused':>11} {'fused':>11} {'saved':>11} {'time unfused':>13} "
+                     f"{'time fused':>11}  nodes")
         for g in section.groups:
             if not any(infos[n].kernel for n in g.nodes):
                 continue
-            lines.append(f"{g.id:<6} {_cell(_label(g.nodes, infos), 34):<34} {bytes_(g.bytes_unfused):>11} "
-                         f"{bytes_(g.bytes_fused):>11} {bytes_(g.bytes_saved):>11} {seconds(g.time_unfused_s):>13} "
-                         f"{seconds(g.time_fused_s):>11}")
+            lines.append(f"{g.id:<6} {bytes_(g.bytes_unfused):>11} {bytes_(g.bytes_fused):>11} "
+                         f"{bytes_(g.bytes_saved):>11} {seconds(g.time_unfused_s):>13} {seconds(g.time_fused_s):>11}  "
+                         f"{_label(g.nodes, infos)}")
         lines += ["", "Boundaries by reason"]
         counts = Counter(b.code for b in section.boundaries)
         for code, n in counts.most_common():
             example = next(b for b in section.boundaries if b.code == code)
-            lines.append(f"  {CODE_TEXT.get(code, code):<34} {n:>5}   e.g. {_short(example.producer)} → "
-                         f"{_short(example.consumer)}: {_cell(example.reason, 160)}")
+            lines.append(f"  {CODE_TEXT.get(code, code):<34} {n:>5}   e.g. {_name(example.producer)} → "
+                         f"{_name(example.consumer)}: {_cell(example.reason, 160)}")
         lines += ["", "Totals",
                   f"  bytes   unfused {bytes_(t.bytes_unfused)} · fused {bytes_(t.bytes_fused)} · "
                   f"saved {bytes_(t.bytes_saved)}",
@@ -157,8 +160,9 @@ def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: l
     lines[0] += f" against onnxruntime {c.version} (level {c.level}, CPU EP)"
     if c.level == "all":
         lines.insert(1, "  (level all includes NCHWc layouts chosen for this machine's CPU)")
-    lines.append(f"{'group':<6} {'ideal group':<30} {'ORT kernels':<34} {'ideal':>10} {'ORT':>10} {'left':>10} "
-                 f"{'µs left':>8}  status")
+    width = max(len(t) for t in STATUS_TEXT.values())
+    lines.append(f"{'group':<6} {'ideal':>10} {'ORT':>10} {'left':>10} {'µs left':>8}  {'status':<{width}}  "
+                 "ideal group ⇐ ORT kernels")
     hidden = 0
     for g in c.groups:
         if g.status == "no kernel":
@@ -166,9 +170,8 @@ def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: l
             continue
         kernels = ", ".join(dict.fromkeys(k.label for k in _kernels(g.kernels))) or "—"
         us = "?" if g.time_left_s is None else f"{g.time_left_s * 1e6:.1f}".replace("-0.0", "0.0")
-        lines.append(f"{g.id:<6} {_cell(_label(g.nodes, infos), 30):<30} {_cell(kernels, 34):<34} "
-                     f"{bytes_(g.bytes_ideal):>10} {bytes_(g.bytes_ort):>10} {_signed(g.bytes_left):>10} {us:>8}  "
-                     f"{STATUS_TEXT[g.status]}")
+        lines.append(f"{g.id:<6} {bytes_(g.bytes_ideal):>10} {bytes_(g.bytes_ort):>10} {_signed(g.bytes_left):>10} "
+                     f"{us:>8}  {STATUS_TEXT[g.status]:<{width}}  {_label(g.nodes, infos)} ⇐ {kernels}")
     if hidden:
         lines.append(f"({hidden} groups of views and constants only, no kernel, are not shown)")
     worse = sorted((g for g in c.groups if g.status in ("less", "less+more") and g.bytes_left),

@@ -1,5 +1,8 @@
 """``graphcost gap MODEL``: measured time next to the roofline bound, per model, kernel and fusion group.
 
+MODEL is an .onnx file, ``ref:FRAMEWORK/ARCH`` or ``FILE.py:FACTORY`` (a torch, JAX or TF model your code builds;
+``graphcost.gap(model, example_inputs)`` is the same from Python).
+
 The same measurement as ``graphcost bench --gap`` (see ``graphcost/_cmd_bench.py`` for the flags and exit codes,
 ``graphcost/gap.py`` for the bounds and the diagnosis bands, docs/gap.md for the report).
 """
@@ -18,7 +21,8 @@ NAME = "gap"
 def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
     p = subparsers.add_parser(
         NAME, help="how far a measured model is from its roofline bound, and why",
-        description="Measure the model in onnxruntime (and its native framework with --native on a ref: model), "
+        description="Measure the model (an .onnx file, ref:FRAMEWORK/ARCH, or FILE.py:FACTORY for a model your "
+                    "code builds) in onnxruntime (and in its native framework with --native), "
                     "bound every ORT kernel and ideal fusion group, and diagnose each from measured ÷ bound: "
                     "below 1 the accounting or the timer is wrong (exit 1); ~1.2 at the roof; ~3 bytes not "
                     "counted; 20+ overhead. Use roofs measured by `graphcost hardware measure -o spec.toml` "

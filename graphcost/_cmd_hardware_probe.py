@@ -35,6 +35,9 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
     m.add_argument("--quick", action="store_true", help="small sizes, two repeats: seconds, not for budgeting")
     m.add_argument("--threads", type=int, metavar="N", help="threads to use (default: every CPU this process may use)")
     m.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
+    m.add_argument("--refresh", action="store_true",
+                   help="measure again and replace the cached roofs `--hardware measured` uses (kept only when "
+                        "the machine was quiet; busy measurements are retried, at most 3 tries)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,12 +128,15 @@ def _measure(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise CliError(f"--threads {args.threads}: must be ≥ 1")
     _guard(args.output)  # before a minute of measuring
+    if args.refresh and args.threads is not None:
+        raise CliError("--refresh measures the cached roofs with every CPU; leave out --threads")
 
     def progress(message: str) -> None:
         print(f"  {terminal_text(message)}", file=sys.stderr, flush=True)
 
     try:
-        result = measure(quick=args.quick, threads=args.threads, progress=progress)
+        result = _refreshed(args.quick, progress) if args.refresh else measure(
+            quick=args.quick, threads=args.threads, progress=progress)
     except ValueError as e:
         raise CliError(str(e).splitlines()[0]) from None
     if args.output:
@@ -138,12 +144,19 @@ def _measure(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
         return 0
-    lines = _measured_lines(result)
-    lines += [s for s in result.spec.sources if s.startswith("warning:")]
+    warnings = [s for s in result.spec.sources if s.startswith("warning:")]
+    lines = [*warnings, *([""] if warnings else []), *_measured_lines(result)]  # a busy machine's warning first
     if args.output:
         lines.append(f"wrote {args.output} (use: graphcost analyze MODEL --hardware {args.output})")
     sys.stdout.write("\n".join(terminal_text(line) for line in lines) + "\n")
     return 0
+
+
+def _refreshed(quick: bool, progress: Callable[[str], None]) -> Any:
+    """``--refresh``: the cache ``--hardware measured`` reads, measured again (busy roofs are not kept)."""
+    from graphcost.hardware.measure import refresh_cache
+
+    return refresh_cache(progress=progress, quick=quick)[0]
 
 
 def _measured_lines(result: Any) -> list[str]:

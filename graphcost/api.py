@@ -14,9 +14,10 @@ import gc
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from graphcost._dims import Dim, numel, to_text
+from graphcost._dims import Dim, evaluate, numel, to_text
 from graphcost._sym import sympy
 from graphcost.analysis import Analysis, PassError
 from graphcost.analysis import all_dims as all_dims  # where callers found it before the front door
@@ -55,6 +56,7 @@ def _hardware(hardware: str | HardwareSpec | None) -> HardwareSpec:
 
 def analyze(
     model: ModelSource,
+    example_inputs: Any = None,
     *,
     hardware: str | HardwareSpec | None = None,
     dims: Mapping[str, int] | None = None,
@@ -65,12 +67,20 @@ def analyze(
     fusion: bool = True,
     fusion_policy: Policy | str | None = None,
     memory: bool = True,
-    training: TrainingOptions | None = None,
+    training: TrainingOptions | bool | None = None,
     alignment: int = 64,
     batchnorm: bool = True,
     residency: str = "cold",
+    framework: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> Report:
     """Analyze a model (path, bytes, ModelProto, loaded Model, or an ``Analysis`` already made) on a device.
+
+    A framework object (a ``torch.nn.Module``, a JAX function or flax.nnx module, a Keras model or a
+    ``tf.function``) with ``example_inputs`` (a tuple in call order, or ``{name: tensor}``) is first exported
+    through the verified exporters into ``cache_dir`` (default ``~/.cache/graphcost/exports``; see
+    ``graphcost.oneshot``), at the example shapes, and that file is analyzed. ``framework`` ("torch", "jax",
+    "tf") says which framework when the object does not.
 
     ``dims`` binds named dims (``{"batch": 8}``); dims left unbound get ``DEFAULT_DIM_VALUE``
     (``graphcost.binding``) with a warning, and the totals also carry exact formulas in the dim names.
@@ -82,17 +92,127 @@ def analyze(
     ``"ideal"``), ``report.memory`` (liveness peak, arena with ``alignment``, and ``training`` memory when
     given) and ``report.batchnorm`` (foldable batchnorms); switch each off with its flag.
 
+    ``training=True`` is ``TrainingOptions()`` (gradients, and Adam's two moment buffers per parameter).
+
     ``residency`` says where a node's bytes can come from when the hardware spec knows on-chip levels:
     ``"cold"`` (default: one inference; weights, inputs and outputs cross DRAM, activations that fit stay on chip)
     or ``"warm"`` (a benchmark loop: when the model's footprint — weights plus the smallest possible activation
     peak — fits the largest on-chip level, every byte may already be there). ``report.residency`` says which
     applied; a warm request on a model that does not fit falls back to cold with a warning.
     """
+    model = _onnx_source(model, example_inputs, framework=framework, cache_dir=cache_dir)
+    if training is True:  # the blog's training=True: Adam's two moment buffers and gradients
+        training = TrainingOptions()
     options = _Options(capacity=capacity, fusion=fusion, fusion_policy=fusion_policy, memory=memory,
-                       training=training, alignment=alignment, batchnorm=batchnorm, residency=residency)
+                       training=training or None, alignment=alignment, batchnorm=batchnorm, residency=residency)
     with _gc_paused():
         return _analyze(model, hardware=hardware, dims=dims, input_shapes=input_shapes, input_values=input_values,
                         derate=derate, options=options)
+
+
+def _onnx_source(model: Any, example_inputs: Any, *, framework: str | None,
+                 cache_dir: str | os.PathLike[str] | None) -> Any:
+    """``model`` itself when it is an ONNX source; a framework object exported to its cache folder otherwise."""
+    from graphcost import oneshot
+
+    if not oneshot.is_framework_object(model):
+        if example_inputs is not None or framework is not None:
+            raise ValueError("example_inputs and framework are for framework models (a torch module, a JAX "
+                             "function, a Keras model); an ONNX model takes dims= and input_shapes=")
+        return model
+    return oneshot.export(model, example_inputs, framework=framework, cache_dir=cache_dir).path
+
+
+def gap(
+    model: ModelSource,
+    example_inputs: Any = None,
+    *,
+    hardware: str | HardwareSpec | None = None,
+    framework: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    native: bool = True,
+    compile: bool = False,
+    provider: str = "cpu",
+    threads: int | None = None,
+    warmup: int = 10,
+    repeats: int = 50,
+    level: str = "all",
+    budget_ms: float | None = None,
+    sustained_clock: float = 1.0,
+    residency: str = "warm",
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+) -> Any:
+    """Time a model natively and in onnxruntime and return its gap report (``graphcost.gap_report.GapReport``):
+    bound, observed, efficiency, achieved FLOP/s and B/s per model, kernel and fusion group, each with a
+    diagnosis and its next steps. Render it with ``graphcost.report.gap_text.render(report)``.
+
+    ``model`` is a framework object with ``example_inputs`` (exported as :func:`analyze` does, into
+    ``cache_dir``; with ``native`` it is also timed in its framework on the same inputs: torch eager, and
+    ``torch.compile`` with ``compile``; ``jax.jit`` with ``block_until_ready``; ``tf.function``), or an ONNX
+    file (onnxruntime only; ``dims`` binds its symbolic dims, the rest take the sizes the model states, else 1).
+    ``hardware`` is a catalog name, a TOML path, a ``HardwareSpec``, ``"detect"``, or ``"measured"`` — the
+    default: this machine's measured roofs (``graphcost hardware measure``, cached; measured once when there is
+    no cache yet), since a run on this machine is bounded by its own limits. ``budget_ms`` checks p99 at
+    ``sustained_clock`` (``graphcost.gap.Budget``). Raises ValueError (bad input), ExportError, FrameworkMissing.
+    """
+    from graphcost import gap_report, oneshot
+    from graphcost.measure import run_ort
+
+    hw = _run_hardware(hardware)
+    natives: list[Any] = []
+    if oneshot.is_framework_object(model):
+        if dims:
+            raise ValueError("dims= binds an ONNX model's symbolic dims; a framework model runs at the shapes of "
+                             "its example inputs")
+        exported = oneshot.export(model, example_inputs, framework=framework, cache_dir=cache_dir)
+        path, feeds, run_dims = exported.path, dict(exported.native.inputs), _example_dims(exported.native)
+        label = f"{exported.framework} {type(model).__name__}"
+        if native:
+            natives = oneshot.time_native(exported.native, compile=compile, warmup=warmup, repeats=repeats,
+                                          threads=threads, device=_native_device(provider))
+    else:
+        if example_inputs is not None or framework is not None or compile:
+            raise ValueError("example_inputs, framework and compile are for framework models; an ONNX model is "
+                             "timed in onnxruntime only")
+        a = Analysis.of(model, dims=dims)
+        binding = a.run_binding({})
+        run_dims = {d: v for d, v in binding.values.items() if d in a.input_dims or d in binding.user}
+        if a.model.path is None:
+            raise ValueError("gap times a model in onnxruntime from a file: give a path to an .onnx file")
+        path, feeds, label = Path(a.model.path), None, a.model.path
+    run = run_ort(path, binding=run_dims, inputs=feeds, provider=provider, threads=threads, warmup=warmup,
+                  repeats=repeats, level=level, seed=seed)
+    return gap_report.build(str(path), run, hardware=hw, natives=natives, budget_ms=budget_ms,
+                            sustained_clock=sustained_clock, residency=residency, label=label)
+
+
+def _run_hardware(hardware: str | HardwareSpec | None) -> HardwareSpec:
+    """A run's roofs: this machine's measured ones unless named (``"detect"``: the detected device)."""
+    probe = hardware.strip().lower() if isinstance(hardware, str) else None
+    if hardware is None or probe == "measured":
+        from graphcost.hardware.measure import measured_roofs
+
+        return measured_roofs()[0]
+    if probe == "detect":
+        from graphcost.hardware.detect import detect
+
+        return detect().spec
+    return _hardware(hardware)
+
+
+def _example_dims(native: Any) -> dict[str, int]:
+    """The sizes the example inputs give the exported file's named dims (none when it was exported static)."""
+    out: dict[str, int] = {}
+    for name, axes in native.dynamic.items():
+        for axis, dim in axes.items():
+            out.setdefault(dim, int(native.inputs[name].shape[axis]))
+    return out
+
+
+def _native_device(provider: str) -> str | None:
+    """The native framework's device for an ORT provider: the CPU for ``cpu``, the first GPU otherwise."""
+    return "cpu" if provider == "cpu" else "cuda:0"
 
 
 @dataclass(frozen=True)
@@ -165,7 +285,8 @@ def _analyze(
         flops=t.flops, macs=t.macs, bytes_read=t.bytes_read, bytes_written=t.bytes_written, bytes=t.bytes,
         dram_bytes=t.dram_bytes, intensity=t.intensity, compute_time_s=t.compute_time_s,
         memory_time_s=t.memory_time_s, roofline_time_s=t.roofline_time_s, bound=t.bound,
-        energy_floor_j=t.energy_floor_j, unknown_nodes=t.unknown_nodes, formulas=formulas)
+        energy_floor_j=t.energy_floor_j, unknown_nodes=t.unknown_nodes, formulas=formulas,
+        bytes_as_written=_bytes_as_written(costs, bounds.nodes, binding))
     fusion = None
     if options.fusion:
         with _stage("fusion", graph):
@@ -185,7 +306,8 @@ def _analyze(
             inputs=tuple(info(r) for r in c.inputs), outputs=tuple(info(r) for r in c.outputs),
             depth=c.depth, parent=c.parent,
             multiplier=c.multiplier if isinstance(c.multiplier, int) else to_text(c.multiplier),
-            note=c.note, unknown_reason=c.unknown_reason, has_rule=c.has_rule, fusion_group=groups.get(c.name))
+            note=c.note, unknown_reason=c.unknown_reason, has_rule=c.has_rule, fusion_group=groups.get(c.name),
+            bytes_as_written=None if c.bytes_as_written is None else evaluate(c.bytes_as_written, binding))
         for c, b in zip(costs.nodes, bounds.nodes, strict=True))
     return Report(
         model=_model_info(m, graph, len(costs.top_level())),
@@ -274,7 +396,26 @@ def _formulas(costs: CostResult) -> dict[str, str]:
         symbolic = [t for t in terms if not isinstance(t, int)]
         totals[key] = sympy.Add(ints, *symbolic) if symbolic else sympy.Integer(ints)
     totals["bytes"] = totals["bytes_read"] + totals["bytes_written"]
+    if any(c.bytes_as_written is not None for c in top):  # the graph as written copies a KV cache
+        totals["bytes_as_written"] = sympy.Add(*(
+            c.bytes_as_written if c.bytes_as_written is not None else c.bytes_read + c.bytes_written
+            for c in top if c.bytes_read is not None and c.bytes_written is not None))
     return {k: to_text(v) for k, v in totals.items()}
+
+
+def _bytes_as_written(costs: CostResult, bounds: Sequence[Any], binding: Mapping[str, int]) -> int | float | None:
+    """Total bytes of the graph as written (KV caches copied into ``present``), None when it equals ``bytes``."""
+    if not any(c.bytes_as_written is not None for c in costs.top_level()):
+        return None
+    total: int | float = 0
+    for c, b in zip(costs.nodes, bounds, strict=True):
+        if c.depth != 0:
+            continue
+        if c.bytes_as_written is not None:
+            total += evaluate(c.bytes_as_written, binding)
+        else:
+            total += (b.bytes_read or 0) + (b.bytes_written or 0)
+    return total
 
 
 def _tensor_info(t: Tensor | None, name: str) -> TensorInfo:
@@ -290,7 +431,45 @@ def _model_info(m: Model, graph: Graph, node_count: int) -> ModelInfo:
         path=m.path, ir_version=int(p.ir_version), opsets=m.opsets, producer=m.producer, node_count=node_count,
         parameter_count=params, parameter_bytes=param_bytes,
         inputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.input_names),
-        outputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.output_names))
+        outputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.output_names),
+        logical_parameter_count=_logical_parameter_count(graph))
+
+
+_BLOCK_QUANTIZED = {
+    # op (com.microsoft): (weight slot, its logical element count from the node, metadata slots: not weights)
+    "MatMulNBits": (1, lambda n: int(n.attribute("K")) * int(n.attribute("N")), (2, 3, 4)),  # K·N; scales, zp, g_idx
+    "MatMulBnb4": (1, lambda n: int(n.attribute("K")) * int(n.attribute("N")), (2,)),  # K·N; absmax
+    "GatherBlockQuantized": (0, None, (2, 3)),  # data unpacked (8 / bits per uint8); scales, zero points
+}
+
+
+def _logical_parameter_count(graph: Graph) -> int:
+    """Parameters as the model computes with them: a block-quantized weight is its logical K·N elements (not
+    its packed bytes), and its scales and zero points are quantization metadata, not weights."""
+    total = 0
+    for g in graph.walk():
+        logical: dict[str, int] = {}
+        for node in g.nodes():
+            spec = _BLOCK_QUANTIZED.get(node.op_type) if node.domain == "com.microsoft" else None
+            if spec is None:
+                continue
+            slot, count, metadata = spec
+            for i in metadata:
+                if i < len(node.inputs) and node.inputs[i]:
+                    logical[node.inputs[i]] = 0
+            if slot < len(node.inputs) and node.inputs[slot]:
+                t = g.tensor(node.inputs[slot])
+                if count is not None and all(node.attribute(a) is not None for a in ("K", "N")):
+                    logical[node.inputs[slot]] = count(node)
+                elif t is not None and t.shape is not None and isinstance(numel(t.shape), int):
+                    per = 8 // int(node.attribute("bits") or 4) if t.dtype == "uint8" else 1  # packed in uint8
+                    logical[node.inputs[slot]] = int(numel(t.shape)) * per
+        for t in g.tensors().values():
+            if t.kind != TensorKind.PARAMETER or t.shape is None:
+                continue
+            n = numel(t.shape)
+            total += logical.get(t.name, n if isinstance(n, int) else 0)
+    return total
 
 
 def _parameter_totals(graph: Graph) -> tuple[int, int]:
@@ -328,4 +507,4 @@ def _coverage(nodes: tuple[NodeReport, ...]) -> Coverage:
     return Coverage(len(top), with_rule, bytes_all, bytes_rule, dict(sorted(unknown.items())))
 
 
-__all__ = ["InvalidModel", "PassError", "analyze", "load"]
+__all__ = ["InvalidModel", "PassError", "analyze", "gap", "load"]

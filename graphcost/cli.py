@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="optimizer state as K × weight bytes (default 2, Adam)")
     a.add_argument("--no-gradients", action="store_true", help="training memory without gradient buffers")
     a.add_argument("--no-batchnorm", action="store_true", help="skip the batchnorm folding analysis")
+    from graphcost.whatif import add_flags as _whatif_flags
+
+    _whatif_flags(a)  # --budget-ms, --fps, --sustained-clock, --p99-factor, --power-envelope, --weights, --sweep…
 
     for module in _command_modules():
         module.register(sub, _hardware_flags)
@@ -74,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 COMMAND_MODULES = ("graphcost._cmd_fusion", "graphcost._cmd_fold", "graphcost._cmd_audit", "graphcost._cmd_diff",
-                   "graphcost._cmd_export", "graphcost._cmd_bench", "graphcost._cmd_gap", "graphcost._cmd_compare")
+                   "graphcost._cmd_export", "graphcost._cmd_bench", "graphcost._cmd_gap", "graphcost._cmd_compare",
+                   "graphcost._cmd_llm", "graphcost._cmd_budget", "graphcost._cmd_train")
 """Subcommands that live in their own modules: each has ``register(subparsers, hardware_flags)`` and
 ``run(args) -> int`` (raising CliError for user errors)."""
 
@@ -147,11 +151,13 @@ def _probed(how: str):  # type: ignore[no-untyped-def]
         from graphcost.hardware.detect import detect
 
         return detect().spec
-    from graphcost.hardware.measure import cache_path, measured_roofs
+    from graphcost.hardware.measure import StderrProgress, measured_roofs
 
-    if not cache_path().is_file():
-        print(f"graphcost: measuring this machine's roofs once (cached in {cache_path()}) …", file=sys.stderr)
-    return measured_roofs()[0]
+    progress = StderrProgress()  # says why it measures, each stage, and any busy-machine warning, on stderr
+    try:
+        return measured_roofs(progress=progress)[0]  # roofs measured busy come back uncached, with the warning
+    finally:
+        progress.close()
 
 
 def resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -260,7 +266,12 @@ def _resolve_hardware(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         peaks = dict(catalog.parse_peak_flops(x) for x in args.peak_flops)
         bw = catalog.parse_quantity(args.memory_bandwidth) if args.memory_bandwidth else None
         epb = catalog.parse_quantity(args.energy_per_byte) if args.energy_per_byte else None
-        if args.hardware is None and peaks and bw is not None:
+        if args.hardware is None and (peaks or bw is not None):  # a fresh device, never half of edge-soc
+            if not peaks or bw is None:
+                given, missing = ("--peak-flops", "--memory-bandwidth") if peaks else ("--memory-bandwidth",
+                                                                                       "--peak-flops")
+                raise CliError(f"{given} without --hardware describes a new device: give {missing} too (or "
+                               "--hardware NAME to override one roof of a catalog device)")
             spec = catalog.adhoc(peaks, bw, epb)
         else:
             probe = (args.hardware or "").strip().lower()
@@ -305,6 +316,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         report = analyze(flags.analysis(args.model), hardware=hw, capacity=not args.no_capacity,
                          fusion=not args.no_fusion, fusion_policy=args.fusion_policy, memory=not args.no_memory,
                          training=training, alignment=args.alignment, batchnorm=not args.no_batchnorm)
+        from graphcost.whatif import apply_args
+
+        report = apply_args(report, args)  # the what-if flags, over the finished report
     except ValueError as e:
         raise analysis_error(e, args.model) from None
     if args.format == "json":

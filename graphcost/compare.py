@@ -12,11 +12,12 @@ the same roof. A framework that is not installed is skipped with a note.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from graphcost.gap import WALL_RESOLUTION_S, Diagnosis, SetBound, diagnose
+from graphcost.gap_report import BUSY_ROOFS, busy_roofs
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.report.escape import terminal_text
 
@@ -35,6 +36,8 @@ class CompareRow:
     spread_s: float  # ± : half the p90 − p10 range would hide outliers; this is p90 − min
     p99_s: float
     diagnosis: Diagnosis
+    threads: int | None = None  # intra-op threads the runner used (None: its default)
+    modes: str | None = None  # the latency's two modes or wide spread (``measure.stats.modes``), described
 
     @property
     def efficiency(self) -> float | None:
@@ -66,7 +69,7 @@ class CompareRow:
                 "median_s": self.median_s, "spread_s": self.spread_s, "p99_s": self.p99_s,
                 "efficiency": self.efficiency, "peak_fraction": self.peak_fraction,
                 "roof_fraction": self.roof_fraction, "flops_per_s": self.flops_per_s, "bytes_per_s": self.bytes_per_s,
-                "diagnosis": self.diagnosis.to_dict()}
+                "diagnosis": self.diagnosis.to_dict(), "threads": self.threads, "modes": self.modes}
 
 
 @dataclass(frozen=True)
@@ -76,13 +79,14 @@ class Comparison:
     rows: tuple[CompareRow, ...]
     skipped: tuple[str, ...]  # "jax: not installed (pip install 'graphcost[jax]')"
     exported_from: str | None
+    roofs_busy: str | None = None  # the warning of roofs measured on a busy machine (``hardware.measure``)
 
     def to_dict(self) -> dict[str, Any]:
         from graphcost.report.model import hardware_dict
 
         return {"schema": "graphcost.compare/1", "arch": self.arch, "hardware": hardware_dict(self.hardware),
                 "exported_from": self.exported_from, "rows": [r.to_dict() for r in self.rows],
-                "skipped": list(self.skipped)}
+                "skipped": list(self.skipped), "roofs_busy": self.roofs_busy}
 
 
 def shape_label(arch: str, batch: int, features: int, seq: int) -> str:
@@ -128,7 +132,7 @@ def compare(arch: str = "dense", *, hardware: HardwareSpec, batches: Sequence[in
                 exported_from = fw
             timed = _time_native(fw, model, warmup=warmup, repeats=repeats, threads=threads)
             bound = _bound(onnx_path, model, batch, seq, hardware, bounds)
-            rows.append(_row(fw, label, batch, bound, timed.latency))
+            rows.append(_row(fw, label, batch, bound, timed.latency, timed.threads))
         if "onnxruntime" in frameworks:
             if onnx_path is None:
                 note = "onnxruntime: no framework installed to build and export the model from"
@@ -140,8 +144,19 @@ def compare(arch: str = "dense", *, hardware: HardwareSpec, batches: Sequence[in
             run = run_ort(onnx_path, binding=binding, threads=threads, warmup=warmup, repeats=repeats,
                           profile=False)
             bound = _bound(onnx_path, None, batch, seq, hardware, bounds)
-            rows.append(_row("onnxruntime", label, batch, bound, run.latency))
-    return Comparison(arch, hardware, tuple(rows), tuple(skipped), exported_from)
+            rows.append(_row("onnxruntime", label, batch, bound, run.latency, run.intra_op_threads or None))
+    rows, busy = busy_verdicts(rows, hardware)
+    return Comparison(arch, hardware, tuple(rows), tuple(skipped), exported_from, busy)
+
+
+def busy_verdicts(rows: Sequence[CompareRow], hardware: HardwareSpec) -> tuple[list[CompareRow], str | None]:
+    """Against roofs measured on a busy machine (too low), a row faster than its bound gets ``busy-roofs``, not
+    ``accounting``: load is the likely cause, and ``graphcost compare`` does not exit 1 for it. Returns the rows
+    and the busy warning (None: the roofs were not measured busy)."""
+    busy = busy_roofs(hardware)
+    if not busy:
+        return list(rows), None
+    return [replace(r, diagnosis=BUSY_ROOFS) if r.diagnosis.code == "accounting" else r for r in rows], busy
 
 
 def _time_native(fw: str, model: Any, *, warmup: int, repeats: int, threads: int | None) -> Any:
@@ -175,9 +190,14 @@ def _bound(onnx_path: Path | None, model: Any, batch: int, seq: int, hw: Hardwar
     return total
 
 
-def _row(runner: str, shape: str, batch: int, bound: SetBound, latency: Any) -> CompareRow:
+def _row(runner: str, shape: str, batch: int, bound: SetBound, latency: Any,
+         threads: int | None = None) -> CompareRow:
+    from graphcost.measure.stats import modes
+
+    found = modes(latency)
     return CompareRow(runner, shape, batch, bound, float(latency.median), float(latency.spread),
-                      float(latency.p99), diagnose(float(latency.median), bound.bound_s, WALL_RESOLUTION_S))
+                      float(latency.p99), diagnose(float(latency.median), bound.bound_s, WALL_RESOLUTION_S),
+                      threads, None if found is None else found.describe())
 
 
 def render(c: Comparison, *, bar_width: int = 20) -> str:
@@ -189,7 +209,17 @@ def render(c: Comparison, *, bar_width: int = 20) -> str:
             f"{'effic.':>7} {'%peak':>6}  {'roofline':<{bar_width + 2}} {'GFLOP/s':>8} {'GB/s':>8} {'bound':>7}")
     ridge = hw.ridge_point("float32")
     out = [f"compare {c.arch} on {hw.name} (fp32 peak {si(hw.peak_for('float32')[0], 'FLOP/s')}, DRAM "
-           f"{si(hw.memory_bandwidth, 'B/s')}, ridge {ridge:.3g} FLOP/B)", "─" * len(head), head, "─" * len(head)]
+           f"{si(hw.memory_bandwidth, 'B/s')}, ridge {ridge:.3g} FLOP/B)"]
+    if c.roofs_busy:  # first: it changes how every efficiency below reads
+        out.append("WARNING: " + c.roofs_busy.removeprefix("warning: "))
+        if any(r.diagnosis.code == BUSY_ROOFS.code for r in c.rows):
+            out.append("rows marked ‼ ran faster than their bound against these low roofs: load is the likely "
+                       "cause, not the accounting (no accounting error is reported)")
+    unsteady = [r for r in c.rows if r.modes]
+    out += [f"warning: {r.runner} {r.shape} latency is {r.modes} "
+            f"({f'{r.threads} threads' if r.threads else 'default threads'}): its median is not a typical run"
+            for r in unsteady]
+    out += ["─" * len(head), head, "─" * len(head)]
     order = {name: i for i, name in enumerate(RUNNERS)}
     rows = sorted(c.rows, key=lambda r: (order.get(r.runner, len(order)), r.batch))
     for i, r in enumerate(rows):
@@ -197,7 +227,8 @@ def render(c: Comparison, *, bar_width: int = 20) -> str:
             out.append("")
         eff = r.efficiency
         bar = _bar(r.peak_fraction, r.roof_fraction, bar_width)
-        flag = "  ‼ faster than the bound" if r.diagnosis.code == "accounting" else ""
+        flag = {"accounting": "  ‼ faster than the bound", BUSY_ROOFS.code: "  ‼ faster than busy roofs"}.get(
+            r.diagnosis.code, "") + ("  ~ " + r.modes.split(":")[0] if r.modes else "")
         out.append(f"{r.runner:<12} {r.shape:<16.16} {_int(r.bound.flops):>13} {_mb(r.bound.bytes):>9} "
                    f"{_f(r.bound.intensity, 1):>6} {r.median_s * 1e3:>9.3f} {r.spread_s * 1e3:>7.3f} "
                    f"{'?' if eff is None else f'{100 * eff:.1f}%':>7} {_pct(r.peak_fraction):>6}  {bar} "

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphcost._dims import Dim, evaluate
+from graphcost.budget import Budget as Budget  # moved: graphcost/budget.py; kept importable from here
 from graphcost.graph import Graph, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.ops import lookup
@@ -362,49 +363,3 @@ def row(level: str, label: str, runner: str, bound: SetBound, observed: Observed
     """A row with its diagnosis."""
     d = diagnose(observed.median_s, bound.bound_s, observed.resolution_s)
     return GapRow(level, label, runner, bound, observed, tuple(nodes), tuple(kernels), d)
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A latency budget checked against p99 at sustained clocks (the seed chapter's rule)."""
-
-    budget_s: float
-    sustained_clock: float
-    p99_s: float
-    floor_s: float | None
-
-    @property
-    def p99_sustained_s(self) -> float:
-        return self.p99_s / self.sustained_clock  # the clock drops, the time stretches
-
-    @property
-    def veto(self) -> bool:
-        """The bound alone exceeds the slice: no kernel work can fit it."""
-        return self.floor_s is not None and self.floor_s > self.budget_s
-
-    @property
-    def fits(self) -> bool:
-        return not self.veto and self.p99_sustained_s <= self.budget_s
-
-    @property
-    def speedup_needed(self) -> float:
-        return max(1.0, self.p99_sustained_s / self.budget_s)
-
-    @property
-    def verdict(self) -> str:
-        if self.veto:
-            assert self.floor_s is not None
-            return (f"VETO: the floor already exceeds the slice ({self.floor_s * 1e3:.3g} ms bound at sustained "
-                    f"clocks > {self.budget_s * 1e3:.3g} ms): change the model, the input size or the precision; "
-                    "no kernel work will fit it")
-        if self.fits:
-            return (f"fits: p99 at sustained clocks {self.p99_sustained_s * 1e3:.3g} ms ≤ "
-                    f"{self.budget_s * 1e3:.3g} ms budget")
-        return (f"misses: p99 at sustained clocks {self.p99_sustained_s * 1e3:.3g} ms > "
-                f"{self.budget_s * 1e3:.3g} ms budget; needs {self.speedup_needed:.2f}× "
-                "(the floor allows it: optimization can fit it)")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"budget_s": self.budget_s, "sustained_clock": self.sustained_clock, "p99_s": self.p99_s,
-                "p99_sustained_s": self.p99_sustained_s, "floor_sustained_s": self.floor_s, "fits": self.fits,
-                "veto": self.veto, "speedup_needed": self.speedup_needed, "verdict": self.verdict}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from graphcost.gap import (
@@ -21,6 +21,7 @@ from graphcost.gap import (
     ZERO,
     Bounder,
     Budget,
+    Diagnosis,
     GapRow,
     Observed,
     SetBound,
@@ -63,6 +64,8 @@ class GapReport:
     budget: Budget | None
     notes: tuple[str, ...]
     folded: tuple[str, ...] = ()  # source nodes ORT removed or folded away (they take no time)
+    roofs_busy: str | None = None  # the warning of roofs measured on a busy machine (``hardware.measure``)
+    timing_warnings: tuple[str, ...] = ()  # latencies a median does not describe (two modes, a wide spread)
 
     def node_times(self) -> dict[str, dict[str, Any]]:
         """Per source node: the measured time of the kernel that computes it (shared by every node that kernel
@@ -79,8 +82,14 @@ class GapReport:
 
     @property
     def errors(self) -> tuple[GapRow, ...]:
-        """Rows measured faster than their bound: accounting errors, said loudly."""
+        """Rows measured faster than their bound: accounting errors, said loudly. Never against roofs measured
+        on a busy machine: those rows are ``under_busy_roofs`` (load, not the accounting, is the likely cause)."""
         return tuple(r for r in (*self.models, *self.kernels, *self.groups) if r.faster_than_bound)
+
+    @property
+    def under_busy_roofs(self) -> tuple[GapRow, ...]:
+        """Rows measured faster than a bound whose roofs were measured on a busy machine (too low)."""
+        return tuple(r for r in (*self.models, *self.kernels, *self.groups) if r.diagnosis.code == BUSY_ROOFS.code)
 
     def to_dict(self) -> dict[str, Any]:
         from graphcost.report.model import hardware_dict
@@ -96,6 +105,9 @@ class GapReport:
             "memory": None if self.memory is None else self.memory.to_dict(),
             "budget": None if self.budget is None else self.budget.to_dict(),
             "accounting_errors": [f"{r.level} {r.label}" for r in self.errors], "notes": list(self.notes),
+            "roofs_busy": self.roofs_busy,
+            "faster_than_busy_roofs": [f"{r.level} {r.label}" for r in self.under_busy_roofs],
+            "timing_warnings": list(self.timing_warnings),
         }
 
     def to_json(self) -> str:
@@ -178,7 +190,6 @@ def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any]
     if (hardware.kind == "gpu") != on_gpu:
         notes.append(f"the bounds use {hardware.name} ({hardware.kind}) but the run used the {run.provider} "
                      "provider: efficiencies compare different machines")
-    notes += [s for s in hardware.sources if s.startswith("warning: the machine was busy")]
     if hardware.kind != "measured":
         notes.append("roofs are not measured on this machine (graphcost hardware measure -o roofs.toml, then "
                      "--hardware roofs.toml): a kernel can only be checked against the machine's real limits")
@@ -201,9 +212,50 @@ def build(path: str, run: Any, *, hardware: HardwareSpec, natives: Sequence[Any]
         budget = Budget(budget_ms / 1e3, sustained_clock, float(run.latency.p99), floor_s)
     mem = MemoryCheck(run.memory_peak_bytes, run.memory_source, memory.peak_activation_bytes, memory.min_peak_bytes,
                       memory.conservative_peak_bytes, None if memory.arena is None else memory.arena.bytes)
+    busy = busy_roofs(hardware)
+    if busy:  # low roofs make honest kernels look faster than their bound: not an accounting verdict
+        models, kernels, groups = (_busy_verdict(rows) for rows in (models, kernels, groups))
     return GapReport(label or path, hardware, p.binding, p.residency, run.provider, tuple(models), tuple(kernels),
                      tuple(groups), floor, ideal, ort_partition, unattributed, mem, budget, tuple(notes),
-                     tuple(run.mapping.uncovered) if run.mapping is not None else ())
+                     tuple(run.mapping.uncovered) if run.mapping is not None else (), busy,
+                     timing_warnings(run, natives))
+
+
+BUSY_ROOFS = Diagnosis(
+    "busy-roofs", "faster than a bound whose roofs were measured on a busy machine: the roofs are too low, and "
+    "load, not the accounting, is the likely cause",
+    ("measure the roofs on an idle machine (graphcost hardware measure --refresh, or -o roofs.toml and "
+     "--hardware roofs.toml) and run again; a row still faster than its bound then is an accounting error",))
+"""The verdict a row gets instead of ``accounting`` against busy roofs: it never makes the gap command exit 1."""
+
+
+def busy_roofs(hardware: HardwareSpec) -> str | None:
+    """The busy-machine warning ``hardware``'s sources carry (``graphcost.hardware.measure``), or None."""
+    from graphcost.hardware.measure import BUSY_PREFIX
+
+    return next((s for s in hardware.sources if s.startswith(BUSY_PREFIX)), None)
+
+
+def _busy_verdict(rows: Sequence[GapRow]) -> list[GapRow]:
+    return [replace(r, diagnosis=BUSY_ROOFS) if r.faster_than_bound else r for r in rows]
+
+
+def timing_warnings(run: Any, natives: Sequence[Any] = ()) -> tuple[str, ...]:
+    """One warning per runner whose latency samples have two modes or spread too wide for a median
+    (``graphcost.measure.stats.modes``), with the threads it used."""
+    from graphcost.measure.stats import modes
+
+    out = []
+    runners = [(f"onnxruntime/{run.provider}", run.latency, run.intra_op_threads or None)]
+    runners += [(f"{n.framework}/{n.mode}/{n.device}", n.latency, n.threads) for n in natives]
+    for name, latency, threads in runners:
+        found = modes(latency)
+        if found is None:
+            continue
+        used = f"{threads} threads" if threads else "the framework's default threads"
+        out.append(f"{name} latency is {found.describe()} ({used}): the median is not a typical run; other "
+                   "work or contended threads are the usual cause — rerun on an idle machine or with fewer threads")
+    return tuple(out)
 
 
 def _lt(a: float | None, b: float | None) -> bool:
@@ -264,6 +316,18 @@ def _observed(samples: Sequence[float], resolution: float) -> Observed:
     return observed_from(timing(samples), resolution)
 
 
+GROUP_NAMES_SHOWN = 2
+"""Node names a group row's label spells out; the rest are counted: ``g3 Conv_12+Relu_13 (+2)``."""
+
+
+def group_label(ids: Sequence[str], nodes: Sequence[str]) -> str:
+    """``g3 Conv_12+Relu_13 (+2)``: the group ids, then the first node names as the model spells them (the
+    renderers escape them for terminals), then how many nodes more."""
+    shown = "+".join(nodes[:GROUP_NAMES_SHOWN])
+    more = f" (+{len(nodes) - GROUP_NAMES_SHOWN})" if len(nodes) > GROUP_NAMES_SHOWN else ""
+    return f"{'+'.join(ids)} {shown}{more}" if nodes else "+".join(ids)
+
+
 def _group_rows(run: Any, bounder: Bounder, fusion: Any, unit_bounds: Mapping[int, SetBound],
                 unit_times: Mapping[int, tuple[float, ...]]) -> list[GapRow]:
     """Ideal groups merged where an ORT unit spans several; each merged set bounded as one kernel."""
@@ -306,7 +370,7 @@ def _group_rows(run: Any, bounder: Bounder, fusion: Any, unit_bounds: Mapping[in
                 bound = bound + unit_bounds[u]
         kernels = [k for k in run.kernels if k.unit in us]
         obs = _observed(_per_run_sum([unit_times[u] for u in us]), PROFILER_RESOLUTION_S * len(kernels))
-        label = "+".join(groups[i].id for i in gs)
+        label = group_label([groups[i].id for i in gs], nodes)
         rows.append(row("group", label, f"onnxruntime/{run.provider}", bound, obs, nodes=nodes,
                         kernels=[k.name for k in kernels]))
     rows.sort(key=lambda r: -r.observed.median_s)

@@ -36,12 +36,27 @@ Timed = Callable[[int], float]
 # Timing
 
 
-def _best(timed: Timed, min_timing_s: float, repeats: int) -> tuple[int, float]:
-    """(passes, best seconds): ``timed(passes)`` is calibrated to last ≥ ``min_timing_s``, best of ``repeats``."""
+def _best(timed: Timed, min_timing_s: float, repeats: int,
+          spreads: list[float] | None = None) -> tuple[int, float]:
+    """(passes, best seconds): ``timed(passes)`` is calibrated to last ≥ ``min_timing_s``, best of ``repeats``.
+
+    With ``spreads``, the run-to-run spread of the repeats (median ÷ best, 1.0 when every repeat took the same
+    time) is appended to it: ``measure`` judges from these whether other work shared the CPUs.
+    """
     timed(1)  # warm-up: first touch of fresh pages, onnxruntime's first-run allocations
     once = timed(1)
     passes = max(1, min(1_000_000, math.ceil(min_timing_s / max(once, 1e-9))))
-    return passes, min(timed(passes) for _ in range(repeats))
+    times = sorted(timed(passes) for _ in range(repeats))
+    if spreads is not None:
+        spreads.append(_spread(times))
+    return passes, times[0]
+
+
+def _spread(ordered: Sequence[float]) -> float:
+    """Median ÷ best of sorted repeat times (the lower median for an even count: a single slow repeat of two
+    is the noise a roof ignores, not a spread)."""
+    median = ordered[(len(ordered) - 1) // 2]
+    return median / ordered[0] if ordered[0] > 0 else 1.0
 
 
 def _numpy_stream(pool: ThreadPoolExecutor, threads: int, kernel: str, working_set: int) -> tuple[int, Timed]:

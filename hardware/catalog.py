@@ -400,13 +400,18 @@ def resolve(name_or_path: str) -> HardwareSpec:
 
 
 def adhoc(
-    peak_flops: dict[str, float],
+    peak_flops: dict[str, float] | float,
     memory_bandwidth: float,
     energy_per_byte: float | None = None,
     name: str = "custom",
 ) -> HardwareSpec:
-    """A spec from bare numbers (``--peak-flops 2T --bandwidth 50GB/s``)."""
+    """A fresh spec from bare numbers (``--peak-flops 2T --memory-bandwidth 50GB/s``); a bare peak is float32's.
+
+    Nothing comes from a catalog device: dtypes without a peak fall back as ``HardwareSpec.peak_for`` says (fp16
+    to fp32), so no dtype is bounded slower than the peak the user gave."""
     where = f"hardware {name!r}"
+    if isinstance(peak_flops, (int, float)) and not isinstance(peak_flops, bool):
+        peak_flops = {"float32": float(peak_flops)}
     return HardwareSpec(
         name=name,
         peak_flops=_peaks(peak_flops, where),
@@ -418,6 +423,10 @@ def adhoc(
         description="ad-hoc spec from command-line values",
         sources=("user-supplied values",),
     )
+
+
+_NARROWER = (("float16", "float32"), ("bfloat16", "float32"), ("int8", "float16"), ("int8", "float32"))
+"""(narrow, wide) dtype pairs whose peaks a real device orders narrow ≥ wide on the parts graphcost catalogs."""
 
 
 def override(
@@ -436,9 +445,15 @@ def override(
     notes: list[str] = []
     peaks = dict(spec.peak_flops)
     if peak_flops:
-        for dtype, value in _peaks(peak_flops, where).items():
+        given = _peaks(peak_flops, where)
+        for dtype, value in given.items():
             peaks[dtype] = value
             notes.append(f"override: peak_flops.{dtype} = {value:g}")
+        for narrow, wide in _NARROWER:  # a kept narrow peak now below an overridden wide one: say so
+            if wide in given and narrow not in given and narrow in peaks and peaks[narrow] < peaks[wide]:
+                notes.append(f"warning: peak_flops.{narrow} ({peaks[narrow]:g}, kept from {spec.name}) is below the "
+                             f"overridden {wide} peak: {narrow} nodes are bounded slower than {wide} ones; override "
+                             f"{narrow} too")
     bandwidth = spec.memory_bandwidth
     if memory_bandwidth is not None:
         bandwidth = _positive(memory_bandwidth, f"{where}: memory_bandwidth")

@@ -34,7 +34,9 @@ _FALLBACK: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class HardwareSpec:
-    """One device's roofs. ``peak_flops`` maps numpy-style dtype names to ops/s."""
+    """One device's roofs. ``peak_flops`` maps numpy-style dtype names to ops/s; a bare number is the float32
+    peak (``HardwareSpec("M3 Pro", peak_flops=7.4e12, memory_bandwidth=150e9)``), which the other float dtypes
+    then fall back to (``peak_for``)."""
 
     name: str
     peak_flops: Mapping[str, float]
@@ -52,8 +54,17 @@ class HardwareSpec:
     """On-chip memory levels as (capacity bytes, bandwidth B/s), smallest first (L1, L2, L3 on a CPU). Optional:
     without it the one level ``onchip_bytes``/``onchip_bandwidth`` describes is used; with it, that pair, when
     given, is the largest level."""
+    memory_bytes: int | None = None
+    """Device memory capacity in bytes (DRAM, or the memory an accelerator's weights live in); optional, used by
+    checks of whether a model fits (``graphcost llm``)."""
 
     def __post_init__(self) -> None:
+        peaks: object = self.peak_flops
+        if isinstance(peaks, (int, float)) and not isinstance(peaks, bool):  # one number: the fp32 peak
+            object.__setattr__(self, "peak_flops", {"float32": float(peaks)})
+        elif not isinstance(peaks, Mapping):
+            raise ValueError(f"hardware {self.name!r}: peak_flops must be ops/s (the float32 peak) or a mapping "
+                             f"dtype → ops/s, e.g. {{'float32': 7.4e12}}; got a {type(peaks).__name__}")
         if not self.peak_flops:
             raise ValueError(f"hardware {self.name!r}: no peak_flops given")
         for dtype, value in self.peak_flops.items():
@@ -69,6 +80,8 @@ class HardwareSpec:
             if i and cap <= levels[i - 1][0]:
                 raise ValueError(f"hardware {self.name!r}: cache_levels must grow in capacity, smallest first")
         object.__setattr__(self, "cache_levels", levels)
+        if self.memory_bytes is not None and not self.memory_bytes > 0:
+            raise ValueError(f"hardware {self.name!r}: memory_bytes must be > 0, got {self.memory_bytes}")
 
     def levels(self) -> tuple[tuple[int, float], ...]:
         """On-chip levels with a bandwidth, smallest first: ``cache_levels`` plus the ``onchip_*`` pair when it is

@@ -2,7 +2,10 @@
 
 Bytes are compulsory traffic: each distinct input once (initializers included, omitted optionals
 skipped) and each output once, at the tensor's dtype. Views (Reshape, Squeeze, Identity...) alias
-their input and move no bytes; metadata ops (Shape, Size) read no data.
+their input and move no bytes; metadata ops (Shape, Size) read no data. A rule may state the traffic
+itself (``Work.bytes_read`` / ``bytes_written``: the rows a Gather touches, a KV-cache append); where
+that ideal is less than what the graph as written copies, the uniform charge is kept beside it in
+``NodeCost.bytes_as_written`` (read + written).
 
 Control flow: an If is costed through both branches and carries the more expensive one (each count
 takes the larger branch, as an exact ``Max`` when the branches are symbolic); a Loop carries its body
@@ -17,10 +20,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from graphcost._dims import Dim, as_expr, numel, simplify_dim, symbol
+from graphcost._dims import Dim, as_expr, simplify_dim, symbol
 from graphcost._sym import sympy
-from graphcost.graph import Graph, Node, Tensor, dtype_bits
-from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, lookup
+from graphcost.graph import Graph, Node, Tensor
+from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, Work, lookup
+from graphcost.ops._registry import tensor_bytes
+
+__all__ = ["CONTROL_OPS", "CostResult", "CostWarning", "KvTraffic", "NodeCost", "TensorRef", "count_costs",
+           "kv_cache_traffic", "tensor_bytes"]
 
 CONTROL_OPS = ("If", "Loop", "Scan", "SequenceMap")
 
@@ -57,6 +64,9 @@ class NodeCost:
     """How many times this node runs per run of its top-level ancestor (body nodes of a Loop)."""
     note: str = ""
     unknown_reason: str | None = None
+    bytes_as_written: Dim | None = None
+    """Bytes (read + written) the graph as written moves where a rule charges the in-place ideal: a KV cache
+    appended in place that the graph copies into ``present``. None for every other node (ideal = as written)."""
 
 
 @dataclass(frozen=True)
@@ -72,21 +82,6 @@ class CostResult:
 
     def top_level(self) -> tuple[NodeCost, ...]:
         return tuple(n for n in self.nodes if n.depth == 0)
-
-
-def tensor_bytes(t: Tensor | None) -> Dim | None:
-    """Bytes of a tensor: elements × bits / 8; None when shape or element size is unknown."""
-    if t is None or t.shape is None:
-        return None
-    bits = dtype_bits(t.dtype)
-    if bits is None:
-        return None
-    n = numel(t.shape)
-    if bits % 8 == 0:
-        return n * (bits // 8)
-    if isinstance(n, int):
-        return (n * bits + 7) // 8  # sub-byte types are packed, rounded up to whole bytes
-    return simplify_dim(sympy.ceiling(n * bits / sympy.Integer(8)))
 
 
 def _sum(values: Iterable[Dim | None]) -> Dim | None:
@@ -189,9 +184,21 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
         ctx.warnings.append(CostWarning(node.name, f"{node.op_type}: {result.reason}; FLOPs unknown"))
         return [NodeCost(node.name, node.op_type, node.domain, kind.value if kind else None, dtype, None, None,
                          b_read, b_written, refs_in, refs_out, True, depth, parent, multiplier, "", result.reason)]
+    ideal_read, ideal_written, as_written = _ideal_bytes(result, b_read, b_written)
     return [NodeCost(node.name, node.op_type, node.domain, kind.value if kind else None, dtype,
-                     _clean(result.flops), _clean(result.macs), b_read, b_written, refs_in, refs_out, True,
-                     depth, parent, multiplier, result.note)]
+                     _clean(result.flops), _clean(result.macs), ideal_read, ideal_written, refs_in, refs_out, True,
+                     depth, parent, multiplier, result.note, None, as_written)]
+
+
+def _ideal_bytes(result: Work, b_read: Dim | None, b_written: Dim | None
+                 ) -> tuple[Dim | None, Dim | None, Dim | None]:
+    """(read, written, as written): a rule's own traffic replaces the uniform charge; the uniform charge is
+    kept as ``as written`` when the rule says the graph as written moves it (a KV-cache append)."""
+    read = b_read if result.bytes_read is None else _clean(result.bytes_read)
+    written = b_written if result.bytes_written is None else _clean(result.bytes_written)
+    if not result.as_written or b_read is None or b_written is None:
+        return read, written, None
+    return read, written, b_read + b_written
 
 
 def _clean(value: Dim) -> Dim:
@@ -305,3 +312,54 @@ def _trip_count(graph: Graph, node: Node, inputs: tuple[Tensor | None, ...]) -> 
                 return t.shape[1], f"sequence length {t.shape[1]}"
     s = symbol(f"trips_{_safe(node.name)}")
     return s, f"iterations {s} (not known statically)"
+
+
+@dataclass(frozen=True)
+class KvTraffic:
+    """Bytes of KV-cache traffic per run: the ideal (read the cache once, append the new tokens in place) and
+    the graph as written (the whole cache copied into ``present``). Both may be symbolic in the past length."""
+
+    ideal: Dim
+    as_written: Dim
+    nodes: tuple[str, ...]
+    """The cache nodes: KV-cache Concats and attention ops given a past."""
+
+
+def kv_cache_traffic(graph: Graph, costs: CostResult) -> KvTraffic | None:
+    """KV-cache traffic of a decoder, or None when no node appends to a cache (``NodeCost.bytes_as_written``).
+
+    The cache nodes' own bytes, plus the reads of their outputs (and views of them) by other nodes: with a
+    ``Concat(past, new) → present`` the attention reads ``present`` through MatMul/Transpose, and that read is
+    the cache's one read. Per past token this is the coefficient of the past length (2 · layers · kv_heads ·
+    head_dim · dtype bytes for the ideal).
+    """
+    from graphcost.ops.movement import views_of
+
+    top = [c for c in costs.top_level() if c.bytes_as_written is not None]
+    if not top:
+        return None
+    names = {c.name for c in top}
+    ideal: Dim = 0
+    as_written: Dim = 0
+    cached: set[str] = set()
+    for c in top:
+        ideal = ideal + (c.bytes_read or 0) + (c.bytes_written or 0)
+        as_written = as_written + (c.bytes_as_written or 0)
+        if c.op_type == "Concat":  # attention ops' present outputs are read by the op itself, next run
+            for ref in c.outputs:
+                cached.update(views_of(graph, ref.name))
+    for node in graph.nodes():
+        if node.name in names:
+            continue
+        entry = lookup(node.domain, node.op_type)
+        if entry is not None and entry.kind in (Kind.VIEW, Kind.FREE):
+            continue
+        for slot, name in enumerate(dict.fromkeys(node.inputs)):
+            if name in cached and (entry is None or slot not in entry.free_inputs):
+                b = tensor_bytes(graph.tensor(name)) or 0
+                ideal, as_written = ideal + b, as_written + b  # the one read of the cache
+    return KvTraffic(_expand(ideal), _expand(as_written), tuple(c.name for c in top))
+
+
+def _expand(value: Dim) -> Dim:
+    return value if isinstance(value, int) else simplify_dim(sympy.expand(value))

@@ -134,7 +134,7 @@ def _infer_shapes(
             break
         if "onnxruntime-symbolic" not in engines:
             engines.append("onnxruntime-symbolic")
-        ort_types = _collect_types(ort.graph)
+        ort_types = _ort_assumptions_yield(_collect_types(ort.graph), inferred.graph, declared)
         for name in dep.tainted:  # never take a guess about a value-dependent shape
             ort_types.pop(name, None)
         typed = _merge(ort_types, typed)
@@ -158,7 +158,7 @@ def _infer_shapes(
             if _unresolved(c_inf.graph, c_types, names):
                 c_ort = _ort_infer(c_inf, model.base_dir, [], c_types)
                 if c_ort is not None:
-                    c_ort_types = _collect_types(c_ort.graph)
+                    c_ort_types = _ort_assumptions_yield(_collect_types(c_ort.graph), c_inf.graph, declared)
                     for name in dep.tainted:
                         c_ort_types.pop(name, None)
                     c_types = _merge(c_ort_types, c_types)
@@ -767,6 +767,23 @@ def _write_types(model: onnx.ModelProto, types: TypeTable) -> None:
             t = types.get(vi.name)
             if t is not None and (_type_score(t) < _type_score(vi.type) or not _dims_of(vi.type)):
                 vi.type.CopyFrom(t)
+
+
+_ORT_ASSUMED_OUTPUTS = {("com.microsoft", "GroupQueryAttention"): (1, 2)}
+"""Outputs whose shape ORT's symbolic inference assumes rather than infers: GroupQueryAttention's present K/V
+copy past's shape (a buffer shared with past, at its maximum length), though GQA also writes a present of
+past + new tokens. Where the file declares such an output, the declaration wins."""
+
+
+def _ort_assumptions_yield(ort_types: TypeTable, graph: onnx.GraphProto, declared: TypeTable) -> TypeTable:
+    """``ort_types`` with each output ORT only assumed (``_ORT_ASSUMED_OUTPUTS``) replaced by its declared type."""
+    out = dict(ort_types)
+    for node in graph.node:
+        for i in _ORT_ASSUMED_OUTPUTS.get((node.domain, node.op_type), ()):
+            name = node.output[i] if i < len(node.output) else ""
+            if name and name in declared and _dims_of(declared[name]) is not None:
+                out[name] = declared[name]
+    return out
 
 
 def _check_declared_outputs(graph: onnx.GraphProto, types: TypeTable, warnings: list[ShapeWarning]) -> None:

@@ -31,4 +31,4 @@ def test_public_api_surface() -> None:
 
     assert sorted(graphcost.__all__) == sorted([
         "HardwareSpec", "Kind", "LoadError", "Model", "NodeView", "Report", "Unknown", "Work", "__version__",
-        "analyze", "load", "rule"])
+        "analyze", "gap", "load", "rule"])

@@ -127,7 +127,8 @@ def test_cli_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     a = doc["against"]
     assert a["engine"] == "onnxruntime" and a["level"] == "extended"
     assert a["totals"]["bytes_left"] == sum(g["bytes_left"] for g in a["groups"])
-    code, out, _ = run(capsys, "fusion", str(TINY_CNN), "--against", "ort", "--memory-bandwidth", "100e9")
+    code, out, _ = run(capsys, "fusion", str(TINY_CNN), "--against", "ort", "--hardware", "edge-soc",
+                        "--memory-bandwidth", "100e9")
     assert code == 0 and "level all" in out and "100.00 GB/s" in out
 
 

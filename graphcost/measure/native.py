@@ -53,7 +53,7 @@ class NativeRun:
     latency: Timing
     memory: Mapping[str, int]
     notes: tuple[str, ...]
-    threads: int | None = None  # torch intra-op threads used (None: framework default / not applicable)
+    threads: int | None = None  # intra-op threads used: torch's, tf's when set (None: the framework's default)
 
     def to_dict(self) -> dict[str, Any]:
         return {"framework": self.framework, "mode": self.mode, "device": self.device, "version": self.version,
@@ -258,7 +258,8 @@ def time_tf(forward: Callable[..., Any], inputs: Sequence[np.ndarray], *, warmup
         if isinstance(info, Mapping) and "peak" in info:
             memory["peak"] = int(info["peak"])
     label = spec.removeprefix("/device:").lower().replace("gpu", "cuda") if kind == "GPU" else "cpu"
-    return NativeRun("tf", "tf.function", label, str(tf.__version__), latency, memory, tuple(notes))
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or None  # 0: TF's default pool
+    return NativeRun("tf", "tf.function", label, str(tf.__version__), latency, memory, tuple(notes), threads)
 
 
 _FAILED = object()

@@ -99,6 +99,61 @@ class Timing:
         return out
 
 
+BIMODAL_GAP = 3.0
+"""Sorted samples with a step of this ratio between neighbours, and enough samples on each side, form two modes:
+on 2 busy cores torch eager swung between 0.6 ms and 24 ms runs, a 40× step."""
+MIN_MODE_FRACTION = 0.1
+"""Each side of the step holds at least this share of the samples (and at least 2): a lone slow run is a tail."""
+UNSTABLE_RATIO = 4.0
+"""p90 ÷ p10 beyond this without one clear step: the runs spread over a range too wide for a median to mean much."""
+
+
+@dataclass(frozen=True)
+class Modes:
+    """Why a Timing's median does not describe its runs: two modes, or a spread too wide to trust."""
+
+    kind: str  # "bimodal" or "unstable"
+    low_s: float  # bimodal: the lower mode's median; unstable: p10
+    high_s: float  # bimodal: the upper mode's median; unstable: p90
+    low_count: int  # bimodal: runs in the lower mode; unstable: all runs
+    high_count: int  # bimodal: runs in the upper mode; unstable: 0
+
+    def describe(self) -> str:
+        from graphcost.report.units import seconds
+
+        if self.kind == "bimodal":
+            return (f"bimodal: {self.low_count} runs near {seconds(self.low_s)}, {self.high_count} near "
+                    f"{seconds(self.high_s)}")
+        return (f"unstable: p10 {seconds(self.low_s)}, p90 {seconds(self.high_s)} "
+                f"({self.high_s / self.low_s:.1f}× apart over {self.low_count} runs)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def modes(t: Timing) -> Modes | None:
+    """Two modes or an unstable spread in ``t``'s samples (None: one mode a median describes). Needs ≥ 6 samples.
+
+    Bimodal: in the sorted samples x₀ ≤ … ≤ xₙ₋₁ the largest step ratio xᵢ₊₁ / xᵢ is ≥ ``BIMODAL_GAP`` with at
+    least max(2, ⌈``MIN_MODE_FRACTION``·n⌉) samples on each side. Unstable: no such step, but p90 / p10 ≥
+    ``UNSTABLE_RATIO``.
+    """
+    ordered = t._sorted
+    n = len(ordered)
+    if n < 6 or not ordered[0] > 0:
+        return None
+    need = max(2, math.ceil(MIN_MODE_FRACTION * n))
+    steps = [(ordered[i + 1] / ordered[i], i) for i in range(need - 1, n - need)]  # i: last index of the lower side
+    ratio, cut = max(steps)
+    if ratio >= BIMODAL_GAP:
+        low, high = ordered[: cut + 1], ordered[cut + 1 :]
+        return Modes("bimodal", _quantile(low, 0.5), _quantile(high, 0.5), len(low), len(high))
+    p10, p90 = _quantile(ordered, 0.1), _quantile(ordered, 0.9)
+    if p90 / p10 >= UNSTABLE_RATIO:
+        return Modes("unstable", p10, p90, n, 0)
+    return None
+
+
 def timing(samples: Iterable[float]) -> Timing:
     """A :class:`Timing` of durations in seconds (finite, non-negative); empty means "not measured"."""
     values = tuple(float(s) for s in samples)
@@ -108,4 +163,4 @@ def timing(samples: Iterable[float]) -> Timing:
     return Timing(values)
 
 
-__all__ = ["Timing", "timing"]
+__all__ = ["BIMODAL_GAP", "Modes", "Timing", "modes", "timing"]

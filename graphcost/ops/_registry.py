@@ -2,7 +2,11 @@
 
 A rule is a small pure function ``rule(n: NodeView) -> Work | Unknown``. It reads shapes and
 attributes through the view and returns the arithmetic work of one execution of the node. Bytes are
-not a rule's business: the costs pass charges each distinct input once and each output once.
+charged by the costs pass, each distinct input once and each output once, unless the rule states the
+node's compulsory traffic itself (``Work.bytes_read`` / ``bytes_written``): a Gather reads the rows it
+gathers, not its whole table; a KV-cache append writes the new token, not a copy of the cache. A rule
+that states the ideal where the graph as written copies more says so (``as_written=True``), and the
+uniform charge is kept beside it as the node's ``bytes_as_written``.
 
 Ops that compute nothing are registered on purpose with :func:`register_free`. An op that is not in
 the table has no rule: its FLOPs are unknown, never zero.
@@ -27,8 +31,9 @@ from typing import Any, Union
 import numpy as np
 import onnx
 
-from graphcost._dims import Dim, Shape, numel
-from graphcost.graph import DEFAULT_DOMAIN, Graph, Node, Tensor
+from graphcost._dims import Dim, Shape, numel, simplify_dim
+from graphcost._sym import sympy
+from graphcost.graph import DEFAULT_DOMAIN, Graph, Node, Tensor, dtype_bits
 
 FLOPS_PER_MAC = 2
 """One multiply-accumulate is two floating-point operations: a multiply and an add."""
@@ -52,20 +57,52 @@ class ShapeUnknown(Exception):
     """Raised inside a rule when a shape it needs is not known; the dispatcher turns it into Unknown."""
 
 
+def tensor_bytes(t: Tensor | None) -> Dim | None:
+    """Bytes of a tensor: elements × bits / 8; None when shape or element size is unknown."""
+    if t is None or t.shape is None:
+        return None
+    bits = dtype_bits(t.dtype)
+    if bits is None:
+        return None
+    n = numel(t.shape)
+    if bits % 8 == 0:
+        return n * (bits // 8)
+    if isinstance(n, int):
+        return (n * bits + 7) // 8  # sub-byte types are packed, rounded up to whole bytes
+    return simplify_dim(sympy.ceiling(n * bits / sympy.Integer(8)))
+
+
+def _add_optional(a: Dim | None, b: Dim | None) -> Dim | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
 @dataclass(frozen=True, slots=True)
 class Work:
     """Arithmetic work of one node. ``macs`` counts multiply-accumulates only; ``flops`` counts all.
 
     ``flops`` already includes ``FLOPS_PER_MAC * macs``. Both may be symbolic.
+
+    ``bytes_read`` / ``bytes_written``, when given, are the node's compulsory traffic and replace the uniform
+    charge (every distinct input read, every output written); None leaves the uniform charge. ``as_written``
+    says the uniform charge is what the graph as written moves (a whole-cache copy the ideal does in place),
+    so the costs pass keeps it beside the ideal. Adding two Works adds their overrides (None counts as none).
     """
 
     flops: Dim
     macs: Dim = 0
     note: str = ""
+    bytes_read: Dim | None = None
+    bytes_written: Dim | None = None
+    as_written: bool = False
 
     def __add__(self, other: Work) -> Work:
         note = "; ".join(x for x in (self.note, other.note) if x)
-        return Work(self.flops + other.flops, self.macs + other.macs, note)
+        return Work(self.flops + other.flops, self.macs + other.macs, note,
+                    _add_optional(self.bytes_read, other.bytes_read),
+                    _add_optional(self.bytes_written, other.bytes_written),
+                    self.as_written or other.as_written)
 
 
 ZERO = Work(0, 0)
@@ -221,6 +258,28 @@ class NodeView:
     def in_dtype(self, i: int) -> str:
         t = self.inputs[i] if i < len(self.inputs) else None
         return "unknown" if t is None else t.dtype
+
+    def in_bytes(self, i: int) -> Dim:
+        """Bytes of input ``i`` (0 when omitted); ShapeUnknown when its shape or element size is unknown."""
+        if not self.has_input(i):
+            return 0
+        b = tensor_bytes(self.inputs[i] if i < len(self.inputs) else None)
+        if b is None:
+            raise ShapeUnknown(f"bytes of input {i} ({self._in_name(i)}) are unknown")
+        return b
+
+    def out_bytes(self, i: int = 0) -> Dim:
+        """Bytes of output ``i`` (0 when omitted); ShapeUnknown when its shape or element size is unknown."""
+        if i >= len(self.node.outputs) or not self.node.outputs[i]:
+            return 0
+        b = tensor_bytes(self.outputs[i] if i < len(self.outputs) else None)
+        if b is None:
+            raise ShapeUnknown(f"bytes of output {i} ({self.node.outputs[i]}) are unknown")
+        return b
+
+    def is_constant(self, i: int) -> bool:
+        """Input ``i`` is known before the run (an initializer or a Constant node's output)."""
+        return self.has_input(i) and self.graph.is_constant(self.node.inputs[i])
 
     def const_value(self, i: int) -> np.ndarray | None:
         """Value of input ``i`` when it is a constant the graph holds (initializer or Constant node)."""

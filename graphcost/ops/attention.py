@@ -3,6 +3,12 @@ LinearAttention, SwiGLU.
 
 ``macs`` counts the dot products (Q·Kᵀ and P·V); scaling, masking and softmax are FLOPs per score.
 Every (query, key) pair is costed, causal masking included: an upper bound a causal kernel halves.
+
+KV cache. An attention op given ``past_key``/``past_value`` reads the cache once and, ideally, appends the
+new tokens' K and V in place: its bytes written are the output and the appended slices
+(``present − past`` per cache; with a shared past/present buffer, S of its L rows), not the whole
+``present`` copy the op's contract writes. That copy is what the graph as written moves, kept beside the
+ideal as the node's ``bytes_as_written`` (:func:`kv_append`, shared with the com.microsoft attention ops).
 """
 
 from __future__ import annotations
@@ -46,6 +52,46 @@ _SIMPLIFY_TERMS = 64
 
 # --- attention -------------------------------------------------------------------------------------
 
+
+def kv_append(n: NodeView, caches: Sequence[tuple[int, int]], seq_axis: int, new_len: Dim) -> Work:
+    """Bytes written by an attention op that appends to its KV cache in place (module docstring).
+
+    ``caches`` pairs (past input slot, present output slot); ``new_len`` is the number of tokens appended.
+    Without any past given there is nothing to append to: the uniform charge stands (an empty Work).
+    """
+    pairs = {present: past for past, present in caches if n.has_input(past)}
+    if not pairs:
+        return ZERO
+    try:
+        written: Dim = 0
+        for slot, name in enumerate(n.node.outputs):
+            if not name:
+                continue
+            past = pairs.get(slot)
+            if past is None:
+                written = written + n.out_bytes(slot)  # the attention output (and any other), whole
+                continue
+            present_shape, present = n.out_shape(slot), n.out_bytes(slot)
+            if tuple(present_shape) == tuple(n.in_shape(past)):  # one shared buffer of L rows: S are new
+                rows = present_shape[seq_axis]
+                written = written + (present // rows * new_len if isinstance(present, int) and isinstance(rows, int)
+                                     and isinstance(new_len, int) else as_expr(present) * new_len / rows)
+            else:
+                written = written + (present - n.in_bytes(past))  # present − past: the appended rows
+    except ShapeUnknown:
+        return ZERO
+    return Work(flops=0, bytes_written=_expanded(written), as_written=True,
+                note="KV cache appended in place (the graph as written copies the whole cache into present)")
+
+
+def _expanded(value: Dim) -> Dim:
+    """Byte counts whose terms cancel (P·c + c − P·c) must cancel: expand symbolic ones."""
+    if isinstance(value, int):
+        return value
+    out = sympy.expand(value)
+    return int(out) if out.is_Integer else out
+
+
 SOFTCAP_FLOPS_PER_SCORE = 3
 """softcap · tanh(score / softcap): divide 1 + tanh 1 + multiply 1."""
 
@@ -78,8 +124,10 @@ def attention(n: NodeView) -> Work:
         k_numel = k_numel + n.in_numel(4)
     scores = q[0] * heads * sq * kv_len  # B·Hq·Sq·T
     masked = n.has_input(3) or bool(n.attr("is_causal", 0))
+    new_kv = k[2] if len(k) == 4 else k[1]  # tokens appended to the cache
     return _attention_work(numel(q), k_numel, n.out_numel(0), scores, kv_len,
-                           softcap=float(n.attr("softcap", 0.0)) != 0.0, masked=masked)
+                           softcap=float(n.attr("softcap", 0.0)) != 0.0, masked=masked) \
+        + kv_append(n, ((4, 1), (5, 2)), 2, new_kv)
 
 
 @rule("FlexAttention", domain=PREVIEW, kind=Kind.COMPUTE)

@@ -26,6 +26,9 @@ Attention, for B batch, S queries, T keys (past included), N heads::
     masks   1 per score per additive mask or bias input
     softmax SOFTMAX_FLOPS_PER_ELEMENT per score
 Every (query, key) pair is costed, causal masking included: an upper bound a causal kernel halves.
+Attention, MultiHeadAttention and GroupQueryAttention given a past KV cache append to it in place: their
+bytes written are the new K/V, with the whole ``present`` copy as ``bytes_as_written``
+(``graphcost.ops.attention.kv_append``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from graphcost._dims import Dim, numel, prod, simplify_dim
 from graphcost._sym import sympy
 from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Unknown, Work, register_free, rule
 from graphcost.ops._window import invalid_window
+from graphcost.ops.attention import kv_append
 from graphcost.ops.conv import conv
 from graphcost.ops.linalg import gemm, matmul_macs
 
@@ -259,7 +263,7 @@ def attention(n: NodeView) -> Work | Unknown:
         rd = n.attr("rotary_embedding_dim", 0) or exact_div(q_h, heads)
         rotary = ROTARY_FLOPS_PER_ELEMENT * 2 * batch * seq * heads * rd
     core = attention_core(batch, heads, seq, kv_len, q_h, v_h, masks=_masks(n, 3, 5))
-    return core + Work(flops=FLOPS_PER_MAC * proj + bias + rotary, macs=proj)
+    return core + Work(flops=FLOPS_PER_MAC * proj + bias + rotary, macs=proj) + kv_append(n, ((4, 1),), 3, seq)
 
 
 @rule("MultiHeadAttention", domain=MS, kind=Kind.COMPUTE)
@@ -287,7 +291,7 @@ def multi_head_attention(n: NodeView) -> Work | Unknown:
     if n.has_input(3):  # bias [q + k + v] adds to Q's rows and to the new K and V rows
         bias = batch * q_len * q_h + batch * new_kv * (n.in_shape(3)[0] - q_h)
     core = attention_core(batch, heads, q_len, kv_len, q_h, v_h, masks=_masks(n, 4, 5))
-    return core + Work(flops=bias)
+    return core + Work(flops=bias) + kv_append(n, ((6, 1), (7, 2)), 2, new_kv)
 
 
 @rule("GroupQueryAttention", domain=MS, kind=Kind.COMPUTE)
@@ -315,7 +319,7 @@ def group_query_attention(n: NodeView) -> Work | Unknown:
         (heads if n.has_input(14) else 0) + (kv_heads if n.has_input(15) else 0))  # q / k RMS norm
     core = attention_core(batch, heads, q_len, kv_len, heads * head, heads * head, masks=_masks(n, 10))
     softcap = 3 * batch * heads * q_len * kv_len if n.attr("softcap", 0.0) else 0  # c·tanh(x/c) per score
-    return core + Work(flops=rotary + norms + softcap)
+    return core + Work(flops=rotary + norms + softcap) + kv_append(n, ((3, 1), (4, 2)), 2, q_len)
 
 
 @rule("RotaryEmbedding", domain=MS, kind=Kind.ELEMENTWISE)

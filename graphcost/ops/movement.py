@@ -6,6 +6,21 @@ Three kinds, and the difference matters for bytes (the costs pass charges them b
 * metadata (Kind.FREE) reads no tensor data: Shape and Size look only at the shape (``free_inputs``).
 * copies (Kind.MOVEMENT) read and write data but compute nothing: zero FLOPs, their bytes charged.
 
+Gathers read rows, not tables. The compulsory traffic of Gather, GatherElements and GatherND is the
+indices, the data elements actually gathered (the output's bytes, capped by the whole table when indices
+repeat) and the output::
+
+    read    = bytes(indices) + min(bytes(output), bytes(data))
+    written = bytes(output)
+
+so a batch-1 embedding lookup in GPT-2 reads one 768-float row, not the 154 MB table. Random rows may
+cost whole cache lines on a real device; the bound is the ideal and does not charge that.
+
+A Concat that appends to a KV cache (one input is a ``past``/``cache`` graph input and the output, maybe
+through views, is a ``present``/``cache`` graph output) is charged as an in-place append: it reads and
+writes only the new slices. The graph as written copies the whole cache into ``present``; that uniform
+charge is kept beside it (``bytes_as_written``). Whoever reads ``present`` reads the cache, once.
+
 A few movement ops do arithmetic and count it: scatter with a reduction (1 per update element), Range
 (1 add per output element), NonZero (1 compare per input element), Unique (sorting compares), and
 the resamplers. Resampling by interpolation is a weighted sum of neighbour taps, so each tap is one
@@ -24,9 +39,12 @@ index, and not counted.
 from __future__ import annotations
 
 import math
+import re
 
-from graphcost._dims import ceil_log2, numel
-from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Work, register_free, rule
+from graphcost._dims import Dim, ceil_log2, numel
+from graphcost._sym import sympy
+from graphcost.graph import DEFAULT_DOMAIN, Graph, Node, TensorKind
+from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, ShapeUnknown, Work, lookup, register_free, rule
 
 # Views: the output aliases the input (Dropout in inference is Identity; see dropout below).
 register_free(("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "BitCast",
@@ -37,11 +55,121 @@ register_free(("Shape", "Size", "OptionalHasElement"), kind=Kind.FREE, free_inpu
 register_free(("Constant",), kind=Kind.FREE)
 
 # Copies: every output element is some input element (or a fill value); no arithmetic.
-register_free(("Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND", "Pad", "Tile",
+register_free(("Transpose", "Split", "Slice", "Pad", "Tile",
                "Expand", "DepthToSpace", "SpaceToDepth", "Compress", "OneHot", "ConstantOfShape", "Trilu",
                "ReverseSequence", "CenterCropPad", "Scatter", "TensorScatter"), kind=Kind.MOVEMENT)
 # EyeLike writes an identity matrix of its input's shape: it reads only the input's metadata.
 register_free(("EyeLike",), kind=Kind.MOVEMENT, free_inputs=(0,))
+
+
+def capped(gathered: Dim, table: Dim) -> Dim:
+    """min(gathered, table): the bytes of the rows read, never more than the whole table."""
+    if isinstance(gathered, int) and isinstance(table, int):
+        return min(gathered, table)
+    return sympy.Min(gathered, table)
+
+
+@rule(("Gather", "GatherElements", "GatherND"), kind=Kind.MOVEMENT)
+def gather(n: NodeView) -> Work:
+    """A copy: indices + the gathered elements (capped by the table) read, the output written.
+
+    When a byte count is unknown the traffic is left to the uniform charge (which then reports it unknown).
+    """
+    try:
+        out = n.out_bytes(0)
+        read = n.in_bytes(1) + capped(out, n.in_bytes(0))  # indices, then the rows they pick
+    except ShapeUnknown:
+        return Work(flops=0)
+    return Work(flops=0, bytes_read=read, bytes_written=out)
+
+
+_PAST = re.compile(r"past|cache", re.IGNORECASE)
+_PRESENT = re.compile(r"present|cache", re.IGNORECASE)
+
+
+def _single_input_concat(node: Node) -> bool:
+    """A Concat of one input is an identity (the legacy torch exporter writes one on each past key)."""
+    return node.op_type == "Concat" and node.domain == DEFAULT_DOMAIN and sum(1 for i in node.inputs if i) == 1
+
+
+def _through_views_back(g: Graph, name: str) -> str:
+    """The tensor that ``name`` aliases through view ops (Reshape, Identity..., a one-input Concat)."""
+    for _ in range(16):  # views chain a few deep at most; the bound keeps a malformed graph finite
+        p = g.producer(name)
+        entry = None if p is None else lookup(p.domain, p.op_type)
+        if p is None or entry is None or not p.inputs or not p.inputs[0]:
+            return name
+        if entry.kind is not Kind.VIEW and not _single_input_concat(p):
+            return name
+        name = p.inputs[0]
+    return name
+
+
+def _is_past(g: Graph, name: str) -> bool:
+    """``name`` is (through views) a graph input named like a KV cache."""
+    src = _through_views_back(g, name) if name else ""
+    t = g.tensor(src) if src else None
+    return t is not None and t.kind is TensorKind.INPUT and src in g.input_names and bool(_PAST.search(src))
+
+
+def views_of(g: Graph, name: str) -> list[str]:
+    """``name`` and every tensor that aliases it through view ops, breadth first (bounded)."""
+    out, frontier = [name], [name]
+    while frontier and len(out) < 64:
+        nxt: list[str] = []
+        for t in frontier:
+            for c in g.consumers(t):
+                entry = lookup(c.domain, c.op_type)
+                if entry is not None and entry.kind is Kind.VIEW and c.inputs and c.inputs[0] == t:
+                    nxt.extend(o for o in c.outputs[:1] if o and o not in out)
+        out.extend(nxt)
+        frontier = nxt
+    return out
+
+
+def cache_slot(n: NodeView) -> int | None:
+    """The input slot of a Concat that appends to a KV cache, or None.
+
+    The slot's tensor is (through views) a graph input named like a cache (``past``/``cache``), and the
+    Concat's output is (through views) a graph output named like one (``present``/``cache``).
+    """
+    g = n.graph
+    if not n.node.outputs or not any(o in g.output_names and _PRESENT.search(o)
+                                     for o in views_of(g, n.node.outputs[0])):
+        return None
+    for slot, name in enumerate(n.node.inputs):
+        if _is_past(g, name):
+            return slot
+    return None
+
+
+@rule("Concat", kind=Kind.MOVEMENT)
+def concat(n: NodeView) -> Work:
+    """A copy; a KV-cache append (see the module docstring) moves only the new slices, in place.
+
+    A one-input Concat of a past cache is an identity on the way to the append: no bytes in the ideal.
+    """
+    if _single_input_concat(n.node) and _is_past(n.graph, next(i for i in n.node.inputs if i)):
+        return Work(flops=0, bytes_read=0, bytes_written=0, as_written=True,
+                    note="identity copy of a KV cache: an alias in place (the graph as written copies it)")
+    slot = cache_slot(n)
+    if slot is None:
+        return Work(flops=0)
+    past = n.node.inputs[slot]
+    others = {name: i for i, name in enumerate(n.node.inputs) if name and name != past}
+    try:
+        read = sum((n.in_bytes(i) for i in others.values()), start=0)  # the new slices, each once
+        appended = _exact(n.out_bytes(0) - n.in_bytes(slot))  # present − past: the new slices, written
+    except ShapeUnknown:
+        return Work(flops=0)
+    return Work(flops=0, bytes_read=read, bytes_written=appended, as_written=True,
+                note=f"KV-cache append to {past}: in place (the graph as written copies the whole cache)")
+
+
+def _exact(value: Dim) -> Dim:
+    """A difference of byte counts, expanded so that equal terms cancel (P·c + c − P·c = c)."""
+    return value if isinstance(value, int) else sympy.expand(value)
+
 
 DROPOUT_TRAINING_FLOPS_PER_ELEMENT = 3
 """Training-mode Dropout: random draw 1 + compare with ratio 1 + · 1/(1 − ratio) 1 (the mask is a select)."""

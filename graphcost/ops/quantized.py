@@ -14,10 +14,19 @@ Per-element counts, named once::
     MINMAX_FLOPS_PER_ELEMENT = 2      DynamicQuantizeLinear's range: a running min and a running max
 
 Integer products (QLinearConv, QLinearMatMul, MatMulInteger, ConvInteger, QGemm...) count the MACs
-of their float counterparts. Zero points are costed as the spec writes them, ``(A − a_zp)·(B − b_zp)``:
-one subtract per operand element, once per run. Kernels fold them into row/column-sum corrections
-of the same order, or hoist the weight's into packing; the count is the reference one. Scalar work
-on the quantization parameters themselves (O(1) or O(channels)) is not counted.
+of their float counterparts. The spec writes zero points as ``(A − a_zp)·(B − b_zp)``; the bound is the
+ideal, so an operand's zero point costs, per run::
+
+    zero point omitted, or a constant 0               nothing (there is nothing to subtract)
+    constant operand (a weight), constant zero point  nothing per run: B − b_zp is a load-time transform,
+                                                      like folding, done once when the weight is packed
+    otherwise (an activation; a zero point that is    ZERO_POINT_FLOPS_PER_ELEMENT per operand element
+    not a constant)
+
+The graph as written subtracts every weight element each run; the node's note says how many subtracts
+the ideal does not charge. Kernels fold the activation side into row/column-sum corrections of the same
+order; the count is the reference one. Scalar work on the quantization parameters themselves (O(1) or
+O(channels)) is not counted.
 
 The com.microsoft QLinear elementwise ops (QLinearAdd, QLinearSigmoid, QLinearAveragePool...) are
 costed as their definition: DequantizeLinear of every input element, the float op's own count,
@@ -31,10 +40,12 @@ unknown cost naming the attribute (``_window.py``), as Conv has. com.microsoft Q
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from graphcost._dims import Dim, numel, prod
-from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Unknown, Work, rule
+from graphcost._dims import Dim, numel, prod, to_text
+from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, ShapeUnknown, Unknown, Work, rule
 from graphcost.ops._window import invalid_group, invalid_window
 from graphcost.ops.linalg import matmul_macs
 from graphcost.ops.microsoft import (
@@ -45,6 +56,7 @@ from graphcost.ops.microsoft import (
     exact_div,
     window_ops,
 )
+from graphcost.ops.movement import capped
 
 QUANTIZE_FLOPS_PER_ELEMENT = 2
 DEQUANTIZE_FLOPS_PER_ELEMENT = 2
@@ -59,21 +71,54 @@ def conv_macs(w: tuple[Dim, ...], out: Dim) -> Dim:
     return out * w[1] * prod(w[2:])
 
 
-def _zero_points(n: NodeView, *pairs: tuple[int, int]) -> Dim:
-    """(operand − zero point) for each (zero-point input, operand input) pair whose zero point is given."""
-    return sum((ZERO_POINT_FLOPS_PER_ELEMENT * n.in_numel(operand) for zp, operand in pairs if n.has_input(zp)),
-               start=0)
+@dataclass(frozen=True, slots=True)
+class ZeroPoints:
+    """Per-run zero-point subtracts (``flops``), and those the graph as written does that the ideal hoists."""
+
+    flops: Dim = 0
+    hoisted: Dim = 0
+
+    def __add__(self, other: ZeroPoints) -> ZeroPoints:
+        return ZeroPoints(self.flops + other.flops, self.hoisted + other.hoisted)
+
+    @property
+    def note(self) -> str:
+        if isinstance(self.hoisted, int) and self.hoisted == 0:
+            return ""
+        return (f"constant weight zero point: {to_text(self.hoisted)} subtracts done at load time, "
+                "not per run (as written they are per run)")
 
 
-def _integer_product(macs: Dim, zero_points: Dim, *, out: Dim = 0, bias: bool = False,
+def _is_const_zero(value: np.ndarray | None) -> bool:
+    return value is not None and not np.any(value)
+
+
+def _zero_points(n: NodeView, *pairs: tuple[int, int]) -> ZeroPoints:
+    """(operand − zero point) per run, for each (zero-point input, operand input) pair (module docstring)."""
+    total = ZeroPoints()
+    for zp, operand in pairs:
+        if not n.has_input(zp):
+            continue  # omitted: a zero point of 0
+        value = n.const_value(zp) if n.is_constant(zp) else None
+        if _is_const_zero(value):
+            continue  # a constant 0: nothing to subtract
+        subtracts = ZERO_POINT_FLOPS_PER_ELEMENT * n.in_numel(operand)  # one per operand element
+        if value is not None and n.is_constant(operand):
+            total = total + ZeroPoints(hoisted=subtracts)  # B − b_zp folded into the weight at load time
+        else:
+            total = total + ZeroPoints(flops=subtracts)
+    return total
+
+
+def _integer_product(macs: Dim, zero_points: ZeroPoints, *, out: Dim = 0, bias: bool = False,
                      output_flops: int = 0) -> Work:
     """An integer product: its MACs, the zero-point subtracts, an optional int32 bias and output scaling."""
     return Work(flops=(
         FLOPS_PER_MAC * macs
-        + zero_points
+        + zero_points.flops
         + (out if bias else 0)  # + bias: one add per output element
         + output_flops * out  # requantize to int8, or scale to float
-    ), macs=macs)
+    ), macs=macs, note=zero_points.note)
 
 
 # ----------------------------------------------------------------- integer products
@@ -145,7 +190,7 @@ def dynamic_quantize_matmul(n: NodeView) -> Work:
     out = n.out_shape(0)
     a = n.in_numel(0)
     quantize_a = (MINMAX_FLOPS_PER_ELEMENT + QUANTIZE_FLOPS_PER_ELEMENT) * a  # range of A, then quantize it
-    zero_points = ZERO_POINT_FLOPS_PER_ELEMENT * a + _zero_points(n, (3, 1))  # A's zero point, B's if given
+    zero_points = ZeroPoints(flops=ZERO_POINT_FLOPS_PER_ELEMENT * a) + _zero_points(n, (3, 1))  # A's, B's
     product = _integer_product(matmul_macs(n.in_shape(0), n.in_shape(1), out), zero_points, out=numel(out),
                                bias=n.has_input(4), output_flops=TO_FLOAT_FLOPS_PER_ELEMENT)
     return product + Work(flops=quantize_a)
@@ -231,8 +276,25 @@ def matmul_bnb4(n: NodeView) -> Work:
 
 @rule("GatherBlockQuantized", domain=MS, kind=Kind.MOVEMENT)
 def gather_block_quantized(n: NodeView) -> Work:
-    """A gather (free) of block-quantized rows, each gathered element dequantized."""
-    return Work(flops=DEQUANTIZE_FLOPS_PER_ELEMENT * n.out_numel(0))
+    """A gather (free) of block-quantized rows, each gathered element dequantized.
+
+    Inputs: data (packed), indices, scales, zero_points. It reads rows, not tables: the indices, then of
+    data, scales and zero points (which share data's ``gather_axis``) the rows picked, each capped by the
+    whole tensor; it writes the dequantized output.
+    """
+    flops = DEQUANTIZE_FLOPS_PER_ELEMENT * n.out_numel(0)
+    axis = int(n.attr("gather_axis", 0))
+    try:
+        picked = n.in_numel(1)  # one row per index
+        read = n.in_bytes(1)  # the indices
+        for i in (0, 2, 3):  # data, scales, zero points: the picked rows of each
+            if n.has_input(i):
+                shape = n.in_shape(i)
+                read = read + capped(picked * exact_div(n.in_bytes(i), shape[axis % len(shape)]), n.in_bytes(i))
+        written = n.out_bytes(0)
+    except ShapeUnknown:
+        return Work(flops=flops)
+    return Work(flops=flops, bytes_read=read, bytes_written=written)
 
 
 # ----------------------------------------------------------------- (de)quantization

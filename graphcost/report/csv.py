@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -64,3 +65,30 @@ def render_csv(report: Report) -> str:
             yield [d[c] for c in COLUMNS[:-2]] + [_shapes(n.inputs), _shapes(n.outputs)]
 
     return csv_text(COLUMNS, rows())
+
+
+FUSION_COLUMNS = (
+    "group", "nodes", "first_node", "node_names", "anchor", "flops", "bytes_unfused", "bytes_fused", "bytes_saved",
+    "time_unfused_s", "time_fused_s",
+)
+FUSION_ORT_COLUMNS = ("ort_status", "ort_kernels", "bytes_ideal", "bytes_ort", "bytes_left", "time_left_s")
+
+
+def render_fusion_csv(section: Any, comparison: Any = None) -> str:
+    """``graphcost fusion --format csv``: one row per fusion group (``passes.fusion.FusionSection``), with ORT's
+    columns when ``comparison`` (``fusion_ort.OrtComparison``) is given. ``node_names`` and ``ort_kernels`` are
+    JSON lists, so any name (a comma, a semicolon, a newline in it) reads back exactly as the model spells it."""
+    ort = {g.id: g for g in comparison.groups} if comparison is not None else None
+
+    def rows() -> Iterable[list[Any]]:
+        for g in section.groups:
+            row = [g.id, len(g.nodes), g.nodes[0] if g.nodes else None, json.dumps(list(g.nodes), ensure_ascii=False),
+                   g.anchor, g.flops, g.bytes_unfused, g.bytes_fused, g.bytes_saved, g.time_unfused_s, g.time_fused_s]
+            if ort is not None:
+                o = ort.get(g.id)
+                row += ([None] * len(FUSION_ORT_COLUMNS) if o is None else
+                        [o.status, json.dumps([k.label for k in o.kernels], ensure_ascii=False), o.bytes_ideal,
+                         o.bytes_ort, o.bytes_left, o.time_left_s])
+            yield row
+
+    return csv_text(FUSION_COLUMNS + (FUSION_ORT_COLUMNS if ort is not None else ()), rows())

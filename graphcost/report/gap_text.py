@@ -1,5 +1,6 @@
 """The gap report as plain text: model rows per runner, the slowest kernels and groups, what each diagnosis
-means and what to do next, memory and budget. Accounting errors come first and in capitals.
+means and what to do next, memory and budget. Warnings that change how the numbers read (roofs measured on a
+busy machine, latencies with two modes) come right under the title; accounting errors next, in capitals.
 
 Every line passes ``terminal_text`` (``report/escape.py``) on the way out, and labels before they are cut to
 a column, so a node, kernel or hardware name cannot send control characters to the terminal."""
@@ -33,6 +34,7 @@ def render(report: Any, *, top: int = 10) -> str:
            f"  hardware {hw.name}; residency {report.residency}; {binding}",
            f"  bounds: one-kernel floor {seconds(report.floor.bound_s)} · ideal fusion {seconds(report.ideal.bound_s)}"
            f" · ORT's partition {seconds(report.ort_partition.bound_s)}"]
+    out[1:1] = _warnings(report)  # a busy machine's warning first: it changes how every number below reads
     errors = report.errors
     if errors:
         out.append("")
@@ -85,6 +87,21 @@ def render(report: Any, *, top: int = 10) -> str:
     if report.notes:
         out += [""] + [f"note: {n}" for n in report.notes]
     return "\n".join(terminal_text(line) for line in out) + "\n"
+
+
+def _warnings(report: Any) -> list[str]:
+    """The busy-roofs warning (and the rows it excuses from the accounting verdict) and the timing warnings."""
+    out: list[str] = []
+    if report.roofs_busy:
+        out.append("  WARNING: " + report.roofs_busy.removeprefix("warning: "))
+        rows = report.under_busy_roofs
+        if rows:
+            out.append(f"  {len(rows)} row(s) measured faster than their bound against these roofs — load is the "
+                       "likely cause, not the accounting (no accounting error is reported):")
+            out += [f"    {r.level} {_cut(r.label, 60)}: {seconds(r.observed.median_s)} < bound "
+                    f"{seconds(r.bound.bound_s)}" for r in rows]
+    out += [f"  warning: {w}" for w in report.timing_warnings]
+    return out
 
 
 def _g(x: float | None) -> str:

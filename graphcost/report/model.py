@@ -56,6 +56,8 @@ class NodeReport:
     unknown_reason: str | None = None
     has_rule: bool = True
     fusion_group: str | None = None
+    bytes_as_written: Number | None = None
+    """Bytes the graph as written moves where the node's bytes are the in-place ideal (a KV-cache append)."""
 
     @property
     def bytes(self) -> Number | None:
@@ -73,6 +75,7 @@ class NodeReport:
             "depth": self.depth, "parent": self.parent, "multiplier": self.multiplier, "note": self.note or None,
             "unknown_reason": self.unknown_reason,
             "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
+            **({"bytes_as_written": self.bytes_as_written} if self.bytes_as_written is not None else {}),
         }
 
 
@@ -87,6 +90,10 @@ class ModelInfo:
     parameter_bytes: int
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
+    logical_parameter_count: int | None = None
+    """Weights as the model computes with them: a MatMulNBits B is K·N weights (not its packed bytes), its
+    scales and zero points are not weights. ``parameter_bytes`` stays the bytes stored (packed + scales +
+    zero points). None when not computed."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +101,7 @@ class ModelInfo:
             "producer": self.producer, "node_count": self.node_count, "parameter_count": self.parameter_count,
             "parameter_bytes": self.parameter_bytes, "inputs": [t.to_dict() for t in self.inputs],
             "outputs": [t.to_dict() for t in self.outputs],
+            "logical_parameter_count": self.logical_parameter_count,
         }
 
 
@@ -114,6 +122,8 @@ class ReportTotals:
     unknown_nodes: int
     formulas: Mapping[str, str] = field(default_factory=dict)
     """Exact totals as formulas in the dim names, for each count that depends on unbound dims."""
+    bytes_as_written: Number | None = None
+    """Total bytes as the graph is written (KV cache copied into ``present``), where it differs from ``bytes``."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +133,7 @@ class ReportTotals:
             "memory_time_s": self.memory_time_s, "roofline_time_s": self.roofline_time_s, "bound": self.bound,
             "energy_floor_j": self.energy_floor_j, "unknown_nodes": self.unknown_nodes,
             "formulas": dict(self.formulas),
+            **({"bytes_as_written": self.bytes_as_written} if self.bytes_as_written is not None else {}),
         }
 
 
@@ -209,6 +220,10 @@ class Report:
     """BatchNormResult: foldable batchnorms and refusals with reasons (passes/batchnorm.py)."""
     residency: str = "cold"
     """Where the bounds assume bytes come from: cold (one inference) or warm (a benchmark loop; passes/roofline.py)."""
+    llm: Any = None
+    """LLMSection: prefill/decode floors, KV-cache bytes per token, tokens/s per context (graphcost/llm.py)."""
+    whatif: Any = None
+    """WhatIf: budget verdict, power, % of peak, precision, sweep and fusion what-ifs (graphcost/whatif.py)."""
 
     def by_op_type(self) -> list[OpTypeRow]:
         """Top-level nodes grouped by (domain, op_type), slowest first."""
@@ -274,7 +289,8 @@ class Report:
             "nodes": [n.to_dict() for n in self.nodes],
             "warnings": [w.to_dict() for w in self.warnings],
             **{key: section.to_dict() for key, section in
-               (("fusion", self.fusion), ("memory", self.memory), ("batchnorm", self.batchnorm))
+               (("fusion", self.fusion), ("memory", self.memory), ("batchnorm", self.batchnorm),
+                ("llm", self.llm), ("whatif", self.whatif))
                if section is not None},
         }
 
@@ -293,7 +309,12 @@ class Report:
     def to_text(self, top: int = 10, width: int = 120) -> str:
         from graphcost.report.text import render_text
 
-        return render_text(self, top=top, width=width)
+        text = render_text(self, top=top, width=width)
+        if self.whatif is not None:
+            from graphcost.report.whatif_text import render_whatif
+
+            text += render_whatif(self.whatif)
+        return text
 
 
 def _f(value: float | None) -> float | None:
