@@ -123,7 +123,7 @@ def test_compare_flags_a_synthetic_time_faster_than_the_bound(tmp_path: Path,
     import graphcost.compare
     import graphcost.measure
 
-    one_ms = SimpleNamespace(latency=Timing((1e-3,) * 3))
+    one_ms = SimpleNamespace(latency=Timing((1e-3,) * 3), threads=None, intra_op_threads=None)  # NativeTiming/OrtRun
     monkeypatch.setattr(graphcost.compare, "_time_native", lambda *_a, **_k: one_ms)
     monkeypatch.setattr(graphcost.measure, "run_ort", lambda *_a, **_k: one_ms)
     c = compare("dense", hardware=HW, batches=(1, 256), frameworks=("torch", "onnxruntime"), workdir=tmp_path)
