@@ -425,14 +425,17 @@ def _tensor_info(t: Tensor | None, name: str) -> TensorInfo:
 
 
 def _model_info(m: Model, graph: Graph, node_count: int) -> ModelInfo:
+    from graphcost.params import split_parameters
+
     params, param_bytes = _parameter_totals(graph)
     p = m.proto
+    logical = _logical_parameter_count(graph)
     return ModelInfo(
         path=m.path, ir_version=int(p.ir_version), opsets=m.opsets, producer=m.producer, node_count=node_count,
         parameter_count=params, parameter_bytes=param_bytes,
         inputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.input_names),
         outputs=tuple(_tensor_info(graph.tensor(n), n) for n in graph.output_names),
-        logical_parameter_count=_logical_parameter_count(graph))
+        logical_parameter_count=logical, parameter_split=split_parameters(graph, p, logical))
 
 
 _BLOCK_QUANTIZED = {

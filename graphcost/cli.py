@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="optimizer state as K × weight bytes (default 2, Adam)")
     a.add_argument("--no-gradients", action="store_true", help="training memory without gradient buffers")
     a.add_argument("--no-batchnorm", action="store_true", help="skip the batchnorm folding analysis")
+    a.add_argument("--as", dest="as_convention", metavar="TOOL",
+                   help="print the totals another tool would report: torch, torchvision, fvcore, ptflops, thop, "
+                        "onnx-tool, onnxsim (docs/conventions.md)")
     from graphcost.whatif import add_flags as _whatif_flags
 
     _whatif_flags(a)  # --budget-ms, --fps, --sustained-clock, --p99-factor, --power-envelope, --weights, --sweep…
@@ -78,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 
 COMMAND_MODULES = ("graphcost._cmd_fusion", "graphcost._cmd_fold", "graphcost._cmd_audit", "graphcost._cmd_diff",
                    "graphcost._cmd_export", "graphcost._cmd_bench", "graphcost._cmd_gap", "graphcost._cmd_compare",
-                   "graphcost._cmd_llm", "graphcost._cmd_budget", "graphcost._cmd_train")
+                   "graphcost._cmd_llm", "graphcost._cmd_budget", "graphcost._cmd_train", "graphcost._cmd_explain")
 """Subcommands that live in their own modules: each has ``register(subparsers, hardware_flags)`` and
 ``run(args) -> int`` (raising CliError for user errors)."""
 
@@ -321,6 +324,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         report = apply_args(report, args)  # the what-if flags, over the finished report
     except ValueError as e:
         raise analysis_error(e, args.model) from None
+    if args.as_convention is not None:
+        from graphcost._cmd_explain import convention_text
+
+        write_output(args.output, convention_text(report, args.as_convention, args.format))
+        return EXIT_OK
     if args.format == "json":
         text = report.to_json() + "\n"
     elif args.format == "csv":

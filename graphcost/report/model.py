@@ -94,6 +94,9 @@ class ModelInfo:
     """Weights as the model computes with them: a MatMulNBits B is K·N weights (not its packed bytes), its
     scales and zero points are not weights. ``parameter_bytes`` stays the bytes stored (packed + scales +
     zero points). None when not computed."""
+    parameter_split: Any = None
+    """ParameterSplit: learnable vs buffers, duplicates, shared, logical (graphcost/params.py). None when not
+    computed."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +105,7 @@ class ModelInfo:
             "parameter_bytes": self.parameter_bytes, "inputs": [t.to_dict() for t in self.inputs],
             "outputs": [t.to_dict() for t in self.outputs],
             "logical_parameter_count": self.logical_parameter_count,
+            "parameter_split": None if self.parameter_split is None else self.parameter_split.to_dict(),
         }
 
 

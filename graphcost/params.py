@@ -1,0 +1,219 @@
+"""Parameters, split: what the file stores against what a framework calls its parameters.
+
+``ModelInfo.parameter_count`` stays what the file stores. This pass says what those elements are, because
+every "number of parameters" a paper or a tool prints is one of these sums:
+
+* **learnable** — floating-point weights a training step would update (``torch``'s ``parameters()``,
+  torchvision's ``num_params`` when BatchNorm is kept in the export);
+* **buffers** — stored constants that are not trained: BatchNormalization's running mean and variance (inputs 3
+  and 4), quantization scales and zero points, every non-float parameter (int64 index tables, bool/uint8
+  causal masks such as GPT-2's ``attn.bias``) and every one-element constant (an export's ``sqrt(d)`` scale or
+  epsilon; a scalar ``nn.Parameter`` would be miscounted here, a rare case);
+* **duplicates** — a tensor stored twice with the same bytes (the second copy's elements; a tied weight the
+  exporter wrote again). A copy stored *transposed* (the legacy exporter's GPT-2 LM head) has other bytes and is
+  not found here;
+* **shared** — one stored tensor read by more than one node (tied weights the exporter kept tied): stored once,
+  counted once, reported so the reader knows;
+* **logical** — a block-quantized weight as the model computes with it (``MatMulNBits``: K·N, see
+  ``graphcost.api._logical_parameter_count``), with its packed bytes.
+
+Counts are elements; bytes are the stored bytes (``int4``/``uint4`` packed two per byte). Symbolic-shaped
+parameters (rare) are left out of every sum, as ``parameter_count`` leaves them out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from graphcost._dims import numel
+from graphcost.graph import Graph, Tensor, TensorKind
+from graphcost.passes.costs import tensor_bytes
+
+__all__ = ["ParameterSplit", "split_parameters"]
+
+FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e4m3fnuz",
+                          "float8_e5m2", "float8_e5m2fnuz", "float4_e2m1"})
+
+_BUFFER_SLOTS: dict[tuple[str, str], tuple[int, ...]] = {
+    # (domain, op): input slots that hold stored statistics or quantization metadata, never trained
+    ("ai.onnx", "BatchNormalization"): (3, 4),  # running mean, running variance
+    ("ai.onnx", "LSTM"): (4, 5, 6),  # sequence_lens, initial_h, initial_c: an exporter's zero states
+    ("ai.onnx", "GRU"): (4, 5),  # sequence_lens, initial_h
+    ("ai.onnx", "RNN"): (4, 5),
+    ("ai.onnx", "QuantizeLinear"): (1, 2),  # scale, zero point
+    ("ai.onnx", "DequantizeLinear"): (1, 2),
+    ("ai.onnx", "QLinearConv"): (1, 2, 4, 5, 6, 7),  # x/w/y scales and zero points
+    ("ai.onnx", "QLinearMatMul"): (1, 2, 4, 5, 6, 7),
+    ("ai.onnx", "MatMulInteger"): (2, 3),  # zero points
+    ("ai.onnx", "ConvInteger"): (2, 3),
+    ("com.microsoft", "MatMulNBits"): (2, 3, 4),  # scales, zero points, g_idx
+    ("com.microsoft", "MatMulBnb4"): (2,),  # absmax
+    ("com.microsoft", "GatherBlockQuantized"): (2, 3),  # scales, zero points
+}
+
+
+_VIEWS = frozenset({"Expand", "Unsqueeze", "Reshape", "Squeeze", "Cast", "Tile", "Identity", "Transpose"})
+_MAX_VIEW_CHAIN = 8
+
+
+@dataclass(frozen=True)
+class ParameterSplit:
+    """The stored parameters by role; ``learnable + buffers == stored`` (counts and bytes)."""
+
+    stored_count: int
+    stored_bytes: int
+    learnable_count: int
+    learnable_bytes: int
+    buffer_count: int
+    buffer_bytes: int
+    duplicate_count: int
+    duplicate_bytes: int
+    shared_count: int
+    shared_bytes: int
+    logical_count: int
+    quantized_packed_bytes: int
+    buffers_by_kind: dict[str, int] = field(default_factory=dict)
+    """Buffer elements per reason (``batchnorm_stats``, ``quantization``, ``non_float``)."""
+    learnable_names: frozenset[str] = field(default=frozenset(), repr=False)
+    """Names of the learnable tensors (for the conventions: is this input a stored weight)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stored": {"count": self.stored_count, "bytes": self.stored_bytes},
+            "learnable": {"count": self.learnable_count, "bytes": self.learnable_bytes},
+            "buffers": {"count": self.buffer_count, "bytes": self.buffer_bytes,
+                        "by_kind": dict(sorted(self.buffers_by_kind.items()))},
+            "duplicates": {"count": self.duplicate_count, "bytes": self.duplicate_bytes},
+            "shared": {"count": self.shared_count, "bytes": self.shared_bytes},
+            "logical": {"count": self.logical_count, "packed_bytes": self.quantized_packed_bytes},
+        }
+
+
+def _count(t: Tensor) -> tuple[int, int] | None:
+    if t.shape is None:
+        return None
+    n, b = numel(t.shape), tensor_bytes(t)
+    if not isinstance(n, int) or not isinstance(b, int):
+        return None
+    return n, b
+
+
+def _digests(proto: onnx.ModelProto) -> dict[str, str]:
+    """A digest of each stored tensor's dtype, shape and bytes (initializers and Constant values), by name."""
+    out: dict[str, str] = {}
+
+    def digest(t: onnx.TensorProto) -> str:
+        h = hashlib.sha256(f"{t.data_type}:{list(t.dims)}:".encode())
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            return ""  # not loaded: its bytes are unknown here, so it is never called a duplicate
+        if t.raw_data:
+            h.update(t.raw_data)
+        else:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(t)
+            copy.name = ""
+            h.update(copy.SerializeToString())
+        return h.hexdigest()
+
+    def walk(g: onnx.GraphProto) -> None:
+        for t in g.initializer:
+            out[t.name] = digest(t)
+        for node in g.node:
+            for a in node.attribute:
+                if node.op_type == "Constant" and a.name == "value" and node.output:
+                    out[node.output[0]] = digest(a.t)
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+                for sub in a.graphs:
+                    walk(sub)
+
+    walk(proto.graph)
+    return out
+
+
+def split_parameters(graph: Graph, proto: onnx.ModelProto, logical_count: int) -> ParameterSplit:
+    """Split the parameters of ``graph`` (and its subgraphs) by role; ``logical_count`` is the model's
+    ``logical_parameter_count`` (computed by the API, where the block-quantized rules live)."""
+    buffer_reason: dict[str, str] = {}
+    readers: dict[str, int] = {}
+    for g in graph.walk():
+        for node in g.nodes():
+            for name in set(node.inputs):
+                if name:
+                    readers[name] = readers.get(name, 0) + 1
+            for i in _BUFFER_SLOTS.get((node.domain, node.op_type), ()):
+                if i < len(node.inputs) and node.inputs[i]:
+                    kind = {"BatchNormalization": "batchnorm_stats", "LSTM": "initial_state", "GRU": "initial_state",
+                            "RNN": "initial_state"}.get(node.op_type, "quantization")
+                    name = node.inputs[i]
+                    for _ in range(_MAX_VIEW_CHAIN):  # through the views an exporter puts in front (Expand(zeros))
+                        buffer_reason.setdefault(name, kind)
+                        producer = g.producer(name)
+                        if producer is None or producer.op_type not in _VIEWS or not producer.inputs:
+                            break
+                        name = producer.inputs[0]
+    digests = _digests(proto)
+    seen_digest: set[str] = set()
+    stored = [0, 0]
+    learnable = [0, 0]
+    buffers = [0, 0]
+    dup = [0, 0]
+    shared = [0, 0]
+    packed = 0
+    by_kind: dict[str, int] = {}
+    names: set[str] = set()
+    for g in graph.walk():
+        for t in g.tensors().values():
+            if t.kind != TensorKind.PARAMETER:
+                continue
+            nb = _count(t)
+            if nb is None:
+                continue
+            n, b = nb
+            stored[0] += n
+            stored[1] += b
+            reason = buffer_reason.get(t.name) or (None if t.dtype in FLOAT_DTYPES else "non_float")
+            if reason is None and n == 1:
+                reason = "scalar_constant"  # an export's scale or epsilon (sqrt(d), 1e-5), not a weight
+            if reason == "non_float" and _packed_weight(graph, t.name):
+                reason = None  # a block-quantized weight: learnable, in its packed form
+                packed += b
+            if reason is None:
+                learnable[0] += n
+                learnable[1] += b
+                names.add(t.name)
+            else:
+                buffers[0] += n
+                buffers[1] += b
+                by_kind[reason] = by_kind.get(reason, 0) + n
+            d = digests.get(t.name, "")
+            if d and n > 1:
+                if d in seen_digest:
+                    dup[0] += n
+                    dup[1] += b
+                seen_digest.add(d)
+            if readers.get(t.name, 0) > 1:
+                shared[0] += n
+                shared[1] += b
+    return ParameterSplit(stored[0], stored[1], learnable[0], learnable[1], buffers[0], buffers[1], dup[0], dup[1],
+                          shared[0], shared[1], logical_count, packed, by_kind, frozenset(names))
+
+
+_PACKED_WEIGHT_SLOT = {("com.microsoft", "MatMulNBits"): 1, ("com.microsoft", "MatMulBnb4"): 1,
+                       ("com.microsoft", "GatherBlockQuantized"): 0, ("ai.onnx", "QLinearConv"): 3,
+                       ("ai.onnx", "QLinearMatMul"): 3, ("ai.onnx", "MatMulInteger"): 1,
+                       ("ai.onnx", "ConvInteger"): 1, ("ai.onnx", "DequantizeLinear"): 0}
+
+
+def _packed_weight(graph: Graph, name: str) -> bool:
+    """Whether ``name`` is the weight operand of a quantized product (stored in an integer type)."""
+    for g in graph.walk():
+        for node in g.consumers(name):
+            slot = _PACKED_WEIGHT_SLOT.get((node.domain, node.op_type))
+            if slot is not None and slot < len(node.inputs) and node.inputs[slot] == name:
+                return True
+    return False
