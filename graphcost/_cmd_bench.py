@@ -122,7 +122,7 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
         _check_bounded(analysis, path, feeds, bool(flags.input_values))  # before roofs are measured (30 s)
         hw = resolve_hardware(args) if gap else None
         run_dims = {d: v for d, v in binding.values.items() if d in analysis.input_dims or d in binding.user}
-        ort_run = _run_ort(path, run_dims, args, feeds)
+        ort_run = _run_ort(path, run_dims, args, feeds, analysis, binding)
         natives = _run_natives(native_model, ort_run, args) if args.native else []
         if gap:
             from graphcost import gap_report
@@ -302,15 +302,21 @@ def _say_binding(analysis: Any, binding: Any) -> None:
         print(terminal_text(f"graphcost: note: sizes the model states: {shown}"), file=sys.stderr)
 
 
-def _run_ort(path: Path, dims: dict[str, int], args: argparse.Namespace, inputs: Any = None) -> Any:
-    from graphcost.cli import CliError
+def _run_ort(path: Path, dims: dict[str, int], args: argparse.Namespace, inputs: Any, analysis: Any,
+             binding: Any) -> Any:
+    from graphcost.binding import run_failed
+    from graphcost.cli import CliError, analysis_error
     from graphcost.measure import run_ort
 
     try:
         return run_ort(path, binding=dims, inputs=inputs, provider=args.provider, threads=args.threads,
                        warmup=args.warmup, repeats=args.repeats, level=args.level, seed=args.seed)
     except (ValueError, RuntimeError, OSError) as e:
-        raise CliError(f"{path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        refusal = run_failed(binding, analysis.input_dims, said)  # dims that only took 1: name them
+        if refusal is not None:
+            raise analysis_error(refusal, args.model) from None
+        raise CliError(f"{path}: {said}") from None
 
 
 def _run_natives(model: Any, ort_run: Any, args: argparse.Namespace) -> list[Any]:

@@ -22,7 +22,7 @@ from graphcost._sym import sympy
 from graphcost.analysis import Analysis, PassError
 from graphcost.analysis import all_dims as all_dims  # where callers found it before the front door
 from graphcost.analysis import stage as _stage
-from graphcost.binding import DEFAULT_DIM_VALUE
+from graphcost.binding import DEFAULT_DIM_VALUE, Binding, run_failed
 from graphcost.graph import Graph, Tensor, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import Model, load
@@ -161,6 +161,8 @@ def gap(
 
     hw = _run_hardware(hardware)
     natives: list[Any] = []
+    run_binding: Binding | None = None  # an ONNX file's run binding, to name the dims a failed run only defaulted
+    input_dims: Sequence[str] = ()
     if oneshot.is_framework_object(model):
         if dims:
             raise ValueError("dims= binds an ONNX model's symbolic dims; a framework model runs at the shapes of "
@@ -176,13 +178,20 @@ def gap(
             raise ValueError("example_inputs, framework and compile are for framework models; an ONNX model is "
                              "timed in onnxruntime only")
         a = Analysis.of(model, dims=dims)
-        binding = a.run_binding({})
+        binding = run_binding = a.run_binding({})
+        input_dims = a.input_dims
         run_dims = {d: v for d, v in binding.values.items() if d in a.input_dims or d in binding.user}
         if a.model.path is None:
             raise ValueError("gap times a model in onnxruntime from a file: give a path to an .onnx file")
         path, feeds, label = Path(a.model.path), None, a.model.path
-    run = run_ort(path, binding=run_dims, inputs=feeds, provider=provider, threads=threads, warmup=warmup,
-                  repeats=repeats, level=level, seed=seed)
+    try:
+        run = run_ort(path, binding=run_dims, inputs=feeds, provider=provider, threads=threads, warmup=warmup,
+                      repeats=repeats, level=level, seed=seed)
+    except (ValueError, RuntimeError) as e:
+        refusal = None if run_binding is None else run_failed(run_binding, input_dims, str(e).split("\n")[0])
+        if refusal is not None:
+            raise refusal from None  # input dims that only took 1: name them
+        raise
     return gap_report.build(str(path), run, hardware=hw, natives=natives, budget_ms=budget_ms,
                             sustained_clock=sustained_clock, residency=residency, label=label)
 

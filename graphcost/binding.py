@@ -123,6 +123,22 @@ class Binding:
                        {d: where for d, (_, where) in taken.items()})
 
 
+def run_failed(binding: Binding, input_dims: Iterable[str], error: str) -> UnboundDims | None:
+    """A run that failed with ``error`` under ``binding``: when input dims only took ``DEFAULT_DIM_VALUE``
+    (nobody sized them), the refusal naming them, since a size of 1 is the likeliest cause (a stride-32 detector
+    at 1×1 concatenates an upsampled 2 with a 1); None when every input dim was sized, and the error stands.
+
+    Static checks (:func:`defaults_break`) catch most of these before a run; this is the net for what only the
+    run shows (e.g. a Concat whose inputs an engine assumed equal).
+    """
+    defaulted = [d for d in input_dims if d in binding.defaulted]
+    if not defaulted:
+        return None
+    at = ", ".join(f"{d}={DEFAULT_DIM_VALUE}" for d in defaulted)
+    said = error.removeprefix("onnxruntime failed running the model: ")
+    return UnboundDims(defaulted, f"onnxruntime cannot run the model at {at}: {said}")
+
+
 # ------------------------------------------------------------------------------------------- what the model states
 def sizes_the_model_states(proto: onnx.ModelProto, inferred_outputs: Mapping[str, Sequence[Any]]
                            ) -> dict[str, tuple[int, str]]:
@@ -224,4 +240,4 @@ def _strict_error(proto: onnx.ModelProto, values: Mapping[str, int]) -> str | No
 
 
 __all__ = ["DEFAULT_DIM_VALUE", "Binding", "UnboundDims", "UnknownDim", "check_names", "defaults_break",
-           "sizes_the_model_states"]
+           "run_failed", "sizes_the_model_states"]

@@ -30,7 +30,7 @@ from onnx import numpy_helper
 
 from graphcost._dims import parse_dim
 from graphcost.analysis import Analysis
-from graphcost.binding import DEFAULT_DIM_VALUE
+from graphcost.binding import DEFAULT_DIM_VALUE, run_failed
 from graphcost.graph import Graph, node_attribute
 from graphcost.load import display_path, external_files, load
 from graphcost.measure import _ort_session
@@ -51,6 +51,14 @@ INT_INPUT_RANGE = (0, 4)  # integer inputs are drawn from [0, 4): small enough t
 
 class FoldError(Exception):
     """Bad input for folding (same path in and out, unknown dim, an input that cannot be fed); one line."""
+
+
+class OriginalDoesNotRun(FoldError):
+    """onnxruntime cannot run the model to be folded, so nothing can be verified; ``said`` is its first line."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__(f"cannot verify: onnxruntime cannot run the original model ({said})")
+        self.said = said
 
 
 class FoldMismatch(Exception):
@@ -112,7 +120,8 @@ def fold_model(path: str | os.PathLike[str], out_path: str | os.PathLike[str], *
         raise FoldError(f"-o {display_path(dst)}: directory {display_path(os.path.dirname(os.path.abspath(dst)))} "
                         "does not exist")
     analysis = Analysis.of(model, dims=dims, input_shapes=input_shapes, input_values=input_values)
-    binding = analysis.run_binding().as_dict()
+    run = analysis.run_binding()
+    binding = run.as_dict()
     graph = analysis.graph
     analysis_result = find_foldable(graph)
 
@@ -151,8 +160,14 @@ def fold_model(path: str | os.PathLike[str], out_path: str | os.PathLike[str], *
             else:
                 onnx.save_model(full, tmp_model)
             # a name onnxruntime cannot take is handed over as the file's bytes (_ort_session.session)
-            max_abs, max_rel = verify(src, tmp_model, full.graph, binding, rtol=rtol, atol=atol, seed=seed,
-                                      feeds=feeds)
+            try:
+                max_abs, max_rel = verify(src, tmp_model, full.graph, binding, rtol=rtol, atol=atol, seed=seed,
+                                          feeds=feeds)
+            except OriginalDoesNotRun as e:
+                refusal = run_failed(run, analysis.input_dims, e.said)  # dims that only took 1: name them
+                if refusal is not None:
+                    raise refusal from None
+                raise
             if os.path.exists(os.path.join(tmp, data_name)):
                 os.replace(os.path.join(tmp, data_name), os.path.join(out_dir, data_name))
             os.replace(tmp_model, dst)
@@ -428,7 +443,7 @@ def verify(original: str | bytes, folded: str | bytes, graph: onnx.GraphProto, b
         names = [o.name for o in ref_sess.get_outputs()]
         ref = _ort_session.run(ref_sess, names, feeds)
     except Exception as e:
-        raise FoldError(f"cannot verify: onnxruntime cannot run the original model ({_first_line(e)})") from None
+        raise OriginalDoesNotRun(_first_line(e)) from None
     del ref_sess
     try:
         got = _ort_session.run(_ort_session.session(folded, so), names, feeds)
