@@ -276,6 +276,10 @@ def _analyze(
     warnings = [Warning_(f.node, f.reason) for f in a.validation.warnings]
     warnings.extend(Warning_(w.node, w.message) for w in shapes.warnings)
     warnings.extend(_defaulted_warnings(defaulted, set(shapes.input_dims)))
+    if a.input_values:  # the numbers hold for these values only: say so where every reader looks
+        fixed = ", ".join(f"{k}={_value_text(v)}" for k, v in sorted(a.input_values.items()))
+        warnings.append(Warning_(None, f"inputs fixed (--input-value): {fixed}; shapes and If branches follow "
+                                       "these values"))
     memory = None
     if options.memory:
         with _stage("liveness", graph):
@@ -355,6 +359,13 @@ def _group_ids(fusion: FusionSection | None, costs: CostResult) -> dict[str, str
         except KeyError:
             continue
     return out
+
+
+def _value_text(v: Any) -> str:
+    """An input value as the user wrote it: a scalar, or comma-separated elements (at most 8 shown)."""
+    flat = [x.item() if hasattr(x, "item") else x for x in getattr(v, "flat", [v])]
+    text = ",".join(str(x) for x in flat[:8])
+    return text + (",…" if len(flat) > 8 else "")
 
 
 def _defaulted_warnings(defaulted: list[str], input_dims: set[str]) -> list[Warning_]:

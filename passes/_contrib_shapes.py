@@ -1,7 +1,7 @@
-"""Output shapes for ops that neither onnx nor onnxruntime's symbolic inference can type.
+"""Output shapes for ops that neither onnx nor onnx-shape-inference can type.
 
 onnx has no schemas for the ``com.microsoft`` ops onnxruntime's optimizers write (FusedMatMul, FusedConv,
-the NCHWc layout ops, the QLinear* ops of its quantizer), and ORT's symbolic inference handles only some
+the NCHWc layout ops, the QLinear* ops of its quantizer), and the symbolic engine handles only some
 of them. Without an output shape, every node downstream loses its shape too. These rules give the output
 shape from the input shapes and attributes; the shapes pass seeds them and runs inference again.
 

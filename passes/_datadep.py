@@ -3,8 +3,8 @@
 An op such as Split, Squeeze or Reshape takes a shape-carrying input (split sizes, axes, target
 shape). When that input is a constant, or is computed from shapes alone (Shape → Gather → Concat),
 inference can know the output shape. When it carries run-time data (it traces back to a graph
-input's values), the output shape is not knowable statically — and onnxruntime's symbolic inference
-has been seen to guess anyway (Split assumed equal parts, Squeeze removed every 1-dim). Such outputs
+input's values), the output shape is not knowable statically — and symbolic engines (onnxruntime's was
+seen) guess anyway (Split assumed equal parts, Squeeze removed every 1-dim). Such outputs
 are *guarded*: they get named unknown dims, and everything downstream takes only onnx's inference
 (which propagates unknown dims instead of guessing).
 """

@@ -1,33 +1,36 @@
-"""Shape inference: onnx's inference with data propagation, plus onnxruntime's symbolic inference.
+"""Shape inference: onnx's C++ inference first, onnx-shape-inference where shapes stay open, specialize between.
 
-Symbolic dims are kept: ``batch``, ``seq`` and derived expressions such as ``batch*seq``. The order:
+Symbolic dims are kept: ``batch``, ``seq`` and derived expressions such as ``floor((height - 1)/2) + 1``,
+always written in the graph inputs' dim names. The order (measurements that decided it: ``docs/shapes.md``):
 
 1. Fix graph inputs the user gave whole shapes for (``--input-shape``).
 2. Run ``onnx.shape_inference`` with data propagation on a copy whose stored value_info and output
-   shapes are cleared, so inference, not the exporter's annotation, decides.
-3. When that leaves tensors unresolved (missing shapes or minted ``unk__`` dims), run onnxruntime's
-   ``SymbolicShapeInference`` and take its shapes where they say more.
-4. When dims are bound (``--dim``) and shapes still hold unresolved dims, infer once more with the
+   shapes are cleared, so inference, not the exporter's annotation, decides. On a static graph this
+   resolves everything and nothing below runs (the 100k-node synthetic graph: onnx alone).
+3. Where tensors stay unresolved (no shape, a minted dim, a dim no input dim expresses), run
+   onnx-shape-inference (``_engines``: a copy with plain-identifier dim names and no lazy payloads) and
+   take, per tensor, the type that says more; graphcost's contrib rules (``_contrib_shapes``) take turns
+   with it. onnxruntime's ``SymbolicShapeInference`` is no longer used: it was 20-40x slower on real
+   dynamic exports (sympy ``simplify`` in its Resize rule), gave up on paddle2onnx Reshape targets and
+   minted names that changed between runs; onnx-shape-inference resolved everything it did in the tests.
+4. Still unresolved: ``infer → specialize → infer`` (bounded rounds). ``specialize`` folds
+   shape-computing subgraphs that depend only on static shapes, constants and ``input_values`` into
+   constants (window partitions, computed Pad amounts); its copy only feeds types.
+5. When dims are bound (``--dim``) and shapes still hold unresolved dims, infer once more with the
    bound values substituted into the inputs and use those numbers where the symbolic run had none.
-5. Where inference still knows nothing, fall back to what the file declares.
+6. Where inference still knows nothing, fall back to what the file declares. Dims no input dim can
+   express keep a name derived from the first (tensor, axis) that carries them (``unk__<tensor>_<axis>``),
+   never from an engine's counter, so two processes give the same bytes.
 
 The pass never changes its input model; it returns a new typed graph and its warnings.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-import dataclasses
-import importlib.util
-import io
-import os
 import re
-import sys
-import warnings as pywarnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -36,8 +39,8 @@ import onnx
 from graphcost._dims import Dim, free_names, parse_dim, to_text
 from graphcost.graph import Graph, graph_protos
 from graphcost.load import Model, opset_lookup
-from graphcost.passes import _contrib_shapes, _datadep
-from graphcost.passes.specialize import onnx_types, specialize
+from graphcost.passes import _contrib_shapes, _datadep, _engines
+from graphcost.passes import specialize as _specialize
 
 InputShape = Sequence[int | str]
 
@@ -78,24 +81,15 @@ def infer_shapes(
     dims: Mapping[str, int] | None = None,
     input_values: Mapping[str, Any] | None = None,
 ) -> ShapeResult:
-    """Every value's type, symbolic dims kept (see the module docstring).
+    """Type every value of ``model`` (see the module docstring for the order of the engines).
 
-    ``input_values`` (constant inputs, e.g. a sample rate) only add types: the model with the values folded in
-    by the specialize pre-pass (shape subgraphs computed from them become constants) is inferred too, and each
-    value takes the better-resolved of the two types. The graph returned keeps every node and input of ``model``.
-    """
+    ``input_values`` (graph input → value, scalars and small int tensors) are handed to the
+    specialize pre-pass, which evaluates shape-computing subgraphs with them."""
     token = _FLAT.set(not _has_subgraphs(model.proto.graph))
     try:
-        plain = _infer_shapes(model, input_shapes=input_shapes, dims=dims)
-        if not input_values:
-            return plain
-        folded = specialize(model.proto, input_values=dict(input_values), types=onnx_types(model.proto))
-        seeded = _infer_shapes(Model(folded, model.path, model.base_dir), input_shapes=input_shapes, dims=dims)
+        return _infer_shapes(model, input_shapes=input_shapes, dims=dims, input_values=input_values)
     finally:
         _FLAT.reset(token)
-    types = _merge(dict(seeded.types), dict(plain.types))
-    graph = Graph(plain.source.graph, opset_lookup(plain.source), base_dir=model.base_dir, types=types)
-    return dataclasses.replace(plain, graph=graph, types=types, engines=(*plain.engines, "specialize"))
 
 
 def _infer_shapes(
@@ -103,6 +97,7 @@ def _infer_shapes(
     *,
     input_shapes: Mapping[str, InputShape] | None,
     dims: Mapping[str, int] | None,
+    input_values: Mapping[str, Any] | None,
 ) -> ShapeResult:
     warnings: list[ShapeWarning] = []
     base = with_input_shapes(model.proto, input_shapes)  # read only; the copies below are what inference may change
@@ -121,29 +116,24 @@ def _infer_shapes(
                                            f"(e.g. {next(iter(dep.guarded))!r} of {next(iter(dep.guarded.values()))}); "
                                            "their dims are named unknowns"))
 
-    # onnx, graphcost's contrib rules and ORT's symbolic inference take turns: ORT stops at the first op it
-    # cannot type, so each contrib output typed in one turn lets ORT go further in the next.
+    # onnx, graphcost's contrib rules and the symbolic engine take turns: each contrib output typed in one
+    # turn is seeded as value_info, so the engines carry it downstream in the next.
     stripped, inferred, typed, seeded = _contrib_rounds(stripped, inferred, typed, complete_only=True)
-    ort_notes: list[ShapeWarning] = []
+    notes: list[ShapeWarning] = []
     names = _tensor_names(stripped.graph)  # the same nodes in every copy of the model
-    for _ in range(_ORT_TURNS):
-        if not _unresolved(inferred.graph, typed, names):
-            break
-        ort = _ort_infer(inferred, model.base_dir, ort_notes, typed)
-        if ort is None:
-            break
-        if "onnxruntime-symbolic" not in engines:
-            engines.append("onnxruntime-symbolic")
-        ort_types = _ort_assumptions_yield(_collect_types(ort.graph), inferred.graph, declared)
-        for name in dep.tainted:  # never take a guess about a value-dependent shape
-            ort_types.pop(name, None)
-        typed = _merge(ort_types, typed)
-        stripped, inferred, typed, more = _contrib_rounds(stripped, inferred, typed, complete_only=True)
-        seeded = seeded or more
-        if not more:
-            break
+    known = _input_dim_names(stripped.graph)
+    stripped, inferred, typed, used = _symbolic_turns(stripped, inferred, typed, names, known, model.base_dir, dep,
+                                                      notes)
+    if used:
+        engines.append("onnx-shape-inference")
     stripped, inferred, typed, more = _contrib_rounds(stripped, inferred, typed, complete_only=False)
-    if seeded or more:
+    seeded = seeded or more
+    if _unresolved(inferred.graph, typed, names):
+        typed, specialized = _specialize_rounds(stripped, typed, names, known, model.base_dir, dep, input_values,
+                                                notes)
+        if specialized:
+            engines.append("specialize")
+    if seeded:
         engines.append("graphcost-contrib")
 
     bound = dict(dims or {})
@@ -155,19 +145,14 @@ def _infer_shapes(
             engines.append("bound-dims")
             c_inf = _onnx_infer(concrete, [])
             c_types = _collect_types(c_inf.graph)
-            if _unresolved(c_inf.graph, c_types, names):
-                c_ort = _ort_infer(c_inf, model.base_dir, [], c_types)
-                if c_ort is not None:
-                    c_ort_types = _ort_assumptions_yield(_collect_types(c_ort.graph), c_inf.graph, declared)
-                    for name in dep.tainted:
-                        c_ort_types.pop(name, None)
-                    c_types = _merge(c_ort_types, c_types)
-            symbolic_typed = _merge(typed, declared)
+            *_, c_types, _ = _symbolic_turns(concrete, c_inf, c_types, names, _input_dim_names(concrete.graph),
+                                             model.base_dir, dep, [])
+            symbolic_typed = _final_names(_merge(typed, declared), names, base.graph)
             typed = _fill_unresolved(typed, c_types, set(bound))
 
-    typed = _merge(typed, declared)
-    if ort_notes and _unresolved(inferred.graph, typed, names):
-        warnings.extend(ort_notes)  # only worth saying when something stayed unresolved
+    typed = _final_names(_merge(typed, declared), names, base.graph)
+    if notes and _unresolved(inferred.graph, typed, names):
+        warnings.extend(notes)  # only worth saying when something stayed unresolved
     _check_declared_outputs(base.graph, typed, warnings)
     graph = Graph(inferred.graph, opset_lookup(inferred), base_dir=model.base_dir, types=typed)
     symbolic_graph = None
@@ -181,6 +166,70 @@ def _infer_shapes(
                 input_dims |= free_names(d)
     return ShapeResult(graph, typed, tuple(warnings), tuple(sorted(input_dims)), tuple(engines), inferred,
                        symbolic_graph)
+
+
+def _symbolic_turns(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: TypeTable, names: list[str],
+                    known: frozenset[str], base_dir: str | None, dep: _datadep.DataDependence,
+                    notes: list[ShapeWarning]) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
+    """onnx-shape-inference where onnx's inference left something unresolved, alternating with the
+    contrib rules while each turn types more (at most ``_SYMBOLIC_TURNS``). Returns the models and table
+    as the contrib rounds left them, and whether the engine ran. Skipped outright when nothing is
+    unresolved (large static graphs)."""
+    used = False
+    for _ in range(_SYMBOLIC_TURNS):
+        if not _unresolved(inferred.graph, typed, names):
+            break
+        run = _engines.symbolic_infer(stripped, base_dir)
+        used = True
+        if run.note is not None:
+            notes.append(ShapeWarning(None, run.note))
+        sym = run.types
+        for name in dep.tainted:  # never take a guess about a value-dependent shape
+            sym.pop(name, None)
+        typed = _merge(sym, typed, known)
+        stripped, inferred, typed, more = _contrib_rounds(stripped, inferred, typed, complete_only=True)
+        if not more:
+            break
+    return stripped, inferred, typed, used
+
+
+def _specialize_rounds(stripped: onnx.ModelProto, typed: TypeTable, names: list[str], known: frozenset[str],
+                       base_dir: str | None, dep: _datadep.DataDependence, input_values: Mapping[str, Any] | None,
+                       notes: list[ShapeWarning]) -> tuple[TypeTable, bool]:
+    """infer → specialize → infer until nothing changes (at most ``_SPECIALIZE_ROUNDS``).
+
+    ``specialize`` replaces shape-computing subgraphs that depend only on static shapes, constants and the
+    given input values by constants; the engines then see constant Reshape/Pad/Slice targets. The
+    specialized copy only feeds types: the returned graph keeps every original node."""
+    work = stripped
+    changed = False
+    values = {k: np.asarray(v) for k, v in input_values.items()} if input_values else None
+    for _ in range(_SPECIALIZE_ROUNDS):
+        try:  # given values become initializers in the first round, so only that round takes them
+            spec = _specialize.specialize(work, input_values=values if work is stripped else None, types=typed)
+        except Exception as e:
+            notes.append(ShapeWarning(None, f"specialize gave up: {_first_line(e)}"))
+            break
+        if spec is work or _fingerprint(spec) == _fingerprint(work):
+            break
+        changed = True
+        work = spec
+        inf = _onnx_infer(work, [])
+        typed = _merge(_collect_types(inf.graph), typed, known)
+        *_, typed, _ = _symbolic_turns(work, inf, typed, names, known, base_dir, dep, notes)
+        if not _unresolved(inf.graph, typed, names):
+            break
+    return typed, changed
+
+
+def _fingerprint(model: onnx.ModelProto) -> tuple[int, ...]:
+    """Cheap change test for a specialize round: node and initializer counts of every graph."""
+    return tuple(n for g in _walk_graphs(model.graph) for n in (len(g.node), len(g.initializer)))
+
+
+def _final_names(types: TypeTable, names: list[str], graph: onnx.GraphProto) -> TypeTable:
+    """Minted dim names made deterministic (see ``_engines.name_minted_dims``)."""
+    return _engines.name_minted_dims(types, names, graph)
 
 
 # ---------------------------------------------------------------------------- input shapes
@@ -289,8 +338,8 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
     Each round walks the nodes in graph order (a chain of contrib ops is typed in one round), computes
     what the rules can from the current types, seeds those outputs as value_info and runs onnx's
     inference again; it stops when a round adds nothing (at most ``_CONTRIB_ROUNDS``).
-    ``complete_only`` seeds only fully resolved shapes: a seed with unknown dims handed to ORT's symbolic
-    inference would be merged with real dims and spread its placeholder names upstream."""
+    ``complete_only`` seeds only fully resolved shapes: a seed with unknown dims handed to the symbolic
+    engine would be merged with real dims and spread its placeholder names upstream."""
     nodes = [n for g in _walk_graphs(stripped.graph) for n in g.node
              if _contrib_shapes.lookup(n.domain, n.op_type) is not None]
     if not nodes:
@@ -327,7 +376,8 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
 
 
 _CONTRIB_ROUNDS = 12
-_ORT_TURNS = 4
+_SYMBOLIC_TURNS = 4
+_SPECIALIZE_ROUNDS = 4
 
 
 def _with_value_info(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
@@ -447,205 +497,6 @@ def _onnx_infer(model: onnx.ModelProto, warnings: list[ShapeWarning]) -> onnx.Mo
             return model
 
 
-_ORT_MODULE: ModuleType | None = None
-
-
-def _ort_symbolic() -> ModuleType | None:
-    """onnxruntime's symbolic_shape_infer, imported by file so ``onnxruntime.tools`` (which imports
-    torch when installed) is never executed."""
-    global _ORT_MODULE
-    if _ORT_MODULE is not None:
-        return _ORT_MODULE
-    spec = importlib.util.find_spec("onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = os.path.join(next(iter(spec.submodule_search_locations)), "tools", "symbolic_shape_infer.py")
-    if not os.path.isfile(path):
-        return None
-    mspec = importlib.util.spec_from_file_location("_graphcost_ort_symbolic_shape_infer", path)
-    if mspec is None or mspec.loader is None:
-        return None
-    module = importlib.util.module_from_spec(mspec)
-    sys.modules[mspec.name] = module
-    try:
-        mspec.loader.exec_module(module)
-    except Exception:
-        return None
-    _ORT_MODULE = module
-    return module
-
-
-def _ort_ready(model: onnx.ModelProto, base_dir: str | None, typed: TypeTable | None = None) -> onnx.ModelProto:
-    """A copy ORT's symbolic inference can read without touching the disk.
-
-    ORT reads constant values with ``numpy_helper.to_array`` relative to the current directory. Payloads
-    the structure-only loader skipped are handled here: small integer ones (possible shape values) are
-    read back into the model; the rest become typed graph inputs, whose shapes are all inference needs.
-    """
-    from graphcost import _scan
-
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g = out.graph
-    keep: list[onnx.TensorProto] = []
-    as_inputs: list[onnx.TensorProto] = []
-    for t in g.initializer:
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            keep.append(t)
-            continue
-        if base_dir and t.data_type in _INT_TYPES and _numel(t) <= _SMALL_INT_VALUES:
-            try:
-                arr = _scan.read_external_payload(t, base_dir)
-                keep.append(onnx.numpy_helper.from_array(arr, t.name))
-                continue
-            except Exception:
-                pass
-        as_inputs.append(t)
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    for t in as_inputs:
-        g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    # Constant nodes whose payload was skipped: the same treatment. And contrib-domain nodes whose outputs are
-    # already typed (by graphcost's own rules): ORT stops at the first op it cannot type, so they become inputs.
-    nodes = list(g.node)
-    del g.node[:]
-    for n in nodes:
-        if typed is not None and n.domain not in ("", "ai.onnx", "ai.onnx.ml") and n.output and all(
-                not o or (o in typed and _type_score(typed[o]) < 1000) for o in n.output):
-            for o in n.output:
-                if o:
-                    vi = g.input.add()
-                    vi.name = o
-                    vi.type.CopyFrom(typed[o])
-            continue
-        ext = [a for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR
-               and a.t.data_location == onnx.TensorProto.EXTERNAL]
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and ext and n.output:
-            t = ext[0].t
-            g.input.append(onnx.helper.make_tensor_value_info(n.output[0], t.data_type, list(t.dims)))
-            continue
-        g.node.append(n)
-    return out
-
-
-_INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
-_SMALL_INT_VALUES = 8192
-"""Integer constants up to this many elements are read back for ORT: they may be shape values."""
-
-
-def _numel(t: onnx.TensorProto) -> int:
-    n = 1
-    for d in t.dims:
-        n *= int(d)
-    return n
-
-
-def _ort_infer(model: onnx.ModelProto, base_dir: str | None, warnings: list[ShapeWarning],
-               typed: TypeTable | None = None) -> onnx.ModelProto | None:
-    """ORT's symbolic inference, keeping partial results (its public entry point discards them and
-    writes a temporary file into the current directory when inference is incomplete)."""
-    module = _ort_symbolic()
-    if module is None:
-        return None
-    import logging
-
-    logging.getLogger("_graphcost_ort_symbolic_shape_infer").setLevel(logging.CRITICAL)
-    ready = _ort_ready(model, base_dir, typed)
-    renamed = _ort_plain_dim_names(ready)
-    try:
-        # ORT's engine prints and warns (numpy RuntimeWarnings) on models it cannot type: graphcost says one line.
-        with contextlib.redirect_stdout(io.StringIO()), pywarnings.catch_warnings(), np.errstate(all="ignore"):
-            pywarnings.simplefilter("ignore")
-            sym = module.SymbolicShapeInference(2**31 - 1, True, False, 0)
-            sym._preprocess(ready)
-            rounds = 0
-            while sym.run_ and rounds < 64:
-                sym._infer_impl()
-                rounds += 1
-            sym._update_output_from_vi()
-        result: Any = sym.out_mp_
-    except Exception as e:
-        warnings.append(ShapeWarning(None, f"onnxruntime symbolic shape inference gave up: {_first_line(e)}"))
-        return None
-    if not isinstance(result, onnx.ModelProto):
-        return None
-    _ort_restore_dim_names(result, renamed)
-    return result
-
-
-# ---------------------------------------------------------------------------- dim names ORT may see
-# A dim_param is text from the model file. ORT's symbolic inference keeps dims as sympy objects, and
-# sympy turns text into an expression by evaluating it, so ORT is handed only dim names that are plain
-# identifiers (evaluating an identifier calls nothing): every other dim_param is renamed to a fresh
-# identifier before the hand-off and put back, inside parentheses, in whatever ORT writes from it.
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ORT_DIM_PREFIX = "gc_dim"
-
-
-def _type_shapes(t: onnx.TypeProto) -> Iterator[onnx.TensorShapeProto]:
-    """Every shape inside a type, through sequences, optionals and maps."""
-    which = t.WhichOneof("value")
-    if which in ("tensor_type", "sparse_tensor_type"):
-        inner = getattr(t, which)
-        if inner.HasField("shape"):
-            yield inner.shape
-    elif which == "sequence_type":
-        yield from _type_shapes(t.sequence_type.elem_type)
-    elif which == "optional_type":
-        yield from _type_shapes(t.optional_type.elem_type)
-    elif which == "map_type":
-        yield from _type_shapes(t.map_type.value_type)
-
-
-def _all_dims(graph: onnx.GraphProto) -> Iterator[onnx.TensorShapeProto.Dimension]:
-    """Every dim of every typed value in the graph and all its subgraphs (no _FLAT shortcut: this is a guard)."""
-    for vi in (*graph.input, *graph.value_info, *graph.output):
-        for shape in _type_shapes(vi.type):
-            yield from shape.dim
-    for node in graph.node:
-        for a in node.attribute:
-            for t in (a.tp, *a.type_protos):
-                for shape in _type_shapes(t):
-                    yield from shape.dim
-            for g in ((a.g,) if a.HasField("g") else ()) + tuple(a.graphs):
-                yield from _all_dims(g)
-
-
-def _ort_plain_dim_names(model: onnx.ModelProto) -> dict[str, str]:
-    """Rename, in place, each dim_param that is not a plain identifier; returns new name → original."""
-    dims = [d for d in _all_dims(model.graph) if d.HasField("dim_param")]
-    odd = sorted({d.dim_param for d in dims if not _IDENT.fullmatch(d.dim_param)})
-    if not odd:
-        return {}
-    taken = {m for d in dims for m in _IDENT.findall(d.dim_param[:4096])}
-    clashes = [len(name) for name in taken if name.startswith(_ORT_DIM_PREFIX)]
-    # Longer than every name that shares the prefix, so no name in the model starts with it.
-    prefix = _ORT_DIM_PREFIX + "_" * (max(clashes) - len(_ORT_DIM_PREFIX) + 1 if clashes else 0)
-    new_name = {text: f"{prefix}{i}" for i, text in enumerate(odd)}
-    for d in dims:
-        if d.dim_param in new_name:
-            d.dim_param = new_name[d.dim_param]
-    return {new: text for text, new in new_name.items()}
-
-
-def _ort_restore_dim_names(model: onnx.ModelProto, renamed: Mapping[str, str]) -> None:
-    """Put the original dim_params back into ORT's output, in place, wherever ORT used a renamed one."""
-    if not renamed:
-        return
-
-    def original(m: re.Match[str]) -> str:
-        text = renamed.get(m.group(0))
-        return m.group(0) if text is None else f"({text})"
-
-    for d in _all_dims(model.graph):
-        if not d.HasField("dim_param"):
-            continue
-        if d.dim_param in renamed:
-            d.dim_param = renamed[d.dim_param]
-        elif renamed.keys() & set(_IDENT.findall(d.dim_param)):
-            d.dim_param = _IDENT.sub(original, d.dim_param)
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip() or type(e).__name__
     return text.splitlines()[0][:300]
@@ -659,15 +510,20 @@ def _dims_of(t: onnx.TypeProto) -> list[onnx.TensorShapeProto.Dimension] | None:
 
 
 def _dim_unresolved(d: onnx.TensorShapeProto.Dimension, known: frozenset[str] | None = None) -> bool:
-    """A dim is resolved when it is a number or an expression in the graph inputs' dim names only."""
+    """A dim is resolved when it is a number or an expression in the graph inputs' dim names only
+    (without ``known``: when it uses no engine-minted name)."""
     if d.HasField("dim_value"):
         return False
     if not d.HasField("dim_param") or not d.dim_param:
         return True
     names = free_names(parse_dim(d.dim_param))
     if known is None:
-        return any(n.startswith("unk__") for n in names)
+        return any(n.startswith("unk__") or _OSI_MINTED.fullmatch(n) for n in names)
     return not names <= known
+
+
+_OSI_MINTED = re.compile(r"_d[0-9]+")
+"""onnx-shape-inference's name for a dim it cannot express."""
 
 
 def _type_score(t: onnx.TypeProto, known: frozenset[str] | None = None) -> int:
@@ -712,12 +568,13 @@ def _unresolved(graph: onnx.GraphProto, types: TypeTable, names: list[str] | Non
     return False
 
 
-def _merge(primary: TypeTable, secondary: TypeTable) -> TypeTable:
-    """Per value, the better-resolved type; ties go to ``primary``."""
+def _merge(primary: TypeTable, secondary: TypeTable, known: frozenset[str] | None = None) -> TypeTable:
+    """Per value, the better-resolved type (scored against the input dims ``known`` when given);
+    ties go to ``primary``."""
     out = dict(secondary)
     for name, t in primary.items():
         other = out.get(name)
-        if other is None or _type_score(t) <= _type_score(other):
+        if other is None or _type_score(t, known) <= _type_score(other, known):
             out[name] = t
     return out
 
@@ -767,23 +624,6 @@ def _write_types(model: onnx.ModelProto, types: TypeTable) -> None:
             t = types.get(vi.name)
             if t is not None and (_type_score(t) < _type_score(vi.type) or not _dims_of(vi.type)):
                 vi.type.CopyFrom(t)
-
-
-_ORT_ASSUMED_OUTPUTS = {("com.microsoft", "GroupQueryAttention"): (1, 2)}
-"""Outputs whose shape ORT's symbolic inference assumes rather than infers: GroupQueryAttention's present K/V
-copy past's shape (a buffer shared with past, at its maximum length), though GQA also writes a present of
-past + new tokens. Where the file declares such an output, the declaration wins."""
-
-
-def _ort_assumptions_yield(ort_types: TypeTable, graph: onnx.GraphProto, declared: TypeTable) -> TypeTable:
-    """``ort_types`` with each output ORT only assumed (``_ORT_ASSUMED_OUTPUTS``) replaced by its declared type."""
-    out = dict(ort_types)
-    for node in graph.node:
-        for i in _ORT_ASSUMED_OUTPUTS.get((node.domain, node.op_type), ()):
-            name = node.output[i] if i < len(node.output) else ""
-            if name and name in declared and _dims_of(declared[name]) is not None:
-                out[name] = declared[name]
-    return out
 
 
 def _check_declared_outputs(graph: onnx.GraphProto, types: TypeTable, warnings: list[ShapeWarning]) -> None:

@@ -277,8 +277,9 @@ g (int64 sr, float[1,64] x, float[64,128] w1, float[64,32] w2, float[32,128] w3)
     (("--input-value", "sr=16000"), 64 * 128),  # then: x(1×64)·w1(64×128)
     (("--input-value", "sr=8000"), 64 * 32 + 32 * 128),  # else: x·w2(64×32), then (1×32)·w3(32×128)
 ])
-def test_input_value_takes_one_branch_and_keeps_the_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          flags: tuple[str, ...], macs: int) -> None:
+def test_input_value_takes_one_branch_keeps_the_inputs_and_says_so(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   flags: tuple[str, ...], macs: int) -> None:
     import json
 
     path = tmp_path / "vad.onnx"
@@ -289,3 +290,6 @@ def test_input_value_takes_one_branch_and_keeps_the_inputs(tmp_path: Path, capsy
     # the value only decides shapes and the branch: sr stays an input, not a stored parameter
     assert report["model"]["parameter_count"] == 0
     assert report["model"]["inputs"][0]["name"] == "sr"
+    fixed = [w["message"] for w in report["warnings"] if "--input-value" in w["message"]]
+    assert fixed == ([f"inputs fixed (--input-value): {flags[1]}; shapes and If branches follow these values"]
+                     if flags else [])

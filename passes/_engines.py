@@ -1,0 +1,339 @@
+"""The symbolic engine behind :mod:`graphcost.passes.shapes`: onnx-shape-inference, handed a safe copy.
+
+onnx-shape-inference (``onnx_shape_inference``, built on ``onnx_ir`` by the ONNX IR maintainers) keeps dims
+as sympy expressions, propagates shape *data* (Shape → Slice → Concat → Reshape) and knows the com.microsoft
+ops. It is called only where onnx's C++ inference left tensors unresolved (measurements: ``docs/shapes.md``).
+What this module adds around it:
+
+- **Dim names.** A ``dim_param`` is text from the model file. The engine parses dims with its own parser
+  (no ``eval``), but that parser raises on text such as ``?`` (paddle2onnx) and accepts ``**`` with any
+  exponent. So it sees only plain identifiers: every other dim_param is renamed to a fresh identifier
+  (:func:`plain_dim_names`) and put back, inside parentheses, in whatever the engine writes from it
+  (:func:`restore_dim_names`). graphcost's own grammar (``graphcost._dimexpr``) parses the result.
+- **Weights.** graphcost's scanner replaces every payload over 1 KiB by an external-data reference into the
+  original file. ``onnx_ir`` keeps such a tensor lazy, but the engine reads 0-d/1-d integer constants as
+  shape values, and a lazy read would resolve the reference against the current directory. So every
+  external payload is taken out of the hand-off: small integer ones (possible shape values) are read
+  through the scanner (which keeps reads inside the model's folder); every other one keeps its dtype and
+  dims and loses its value. Constant nodes holding one become initializers first, so both cases are one.
+- **Failures.** The engine stops at the first node it cannot type (``ShapeInferenceError``); what it typed
+  before that stays, and the caller merges it with onnx's shapes. The error becomes one sentence.
+- **Minted names.** The engine names a dim it cannot express ``_d0``, ``_d1``... by a counter, and onnx's
+  C++ inference ``unk__0``...; :func:`name_minted_dims` renames both after the first (tensor, axis) that
+  carries them, in graph order, so the same model gives the same names in every process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import onnx
+
+from graphcost._dims import free_names, parse_dim
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN_PREFIX = "gc_dim"
+_MINTED = re.compile(r"(?:unk__|_d)[0-9]+")
+"""Counter-minted names: onnx C++ inference (``unk__N``) and onnx-shape-inference (``_dN``)."""
+_SMALL_INT_VALUES = 8192
+"""Integer payloads up to this many elements are read back for the engine: they may be shape values."""
+_INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+
+TypeTable = dict[str, onnx.TypeProto]
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    types: TypeTable
+    """The type the engine gave each node output it typed, dims in the original model's names."""
+    note: str | None
+    """Why the engine stopped early (one sentence), or None."""
+
+
+# ---------------------------------------------------------------------------- dims in a model
+def type_shapes(t: onnx.TypeProto) -> Iterator[onnx.TensorShapeProto]:
+    """Every shape inside a type, through sequences, optionals and maps."""
+    which = t.WhichOneof("value")
+    if which in ("tensor_type", "sparse_tensor_type"):
+        inner = getattr(t, which)
+        if inner.HasField("shape"):
+            yield inner.shape
+    elif which == "sequence_type":
+        yield from type_shapes(t.sequence_type.elem_type)
+    elif which == "optional_type":
+        yield from type_shapes(t.optional_type.elem_type)
+    elif which == "map_type":
+        yield from type_shapes(t.map_type.value_type)
+
+
+def all_dims(graph: onnx.GraphProto) -> Iterator[onnx.TensorShapeProto.Dimension]:
+    """Every dim of every typed value in the graph and all its subgraphs."""
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        for shape in type_shapes(vi.type):
+            yield from shape.dim
+    for node in graph.node:
+        for a in node.attribute:
+            for t in (a.tp, *a.type_protos):
+                for shape in type_shapes(t):
+                    yield from shape.dim
+            for g in ((a.g,) if a.HasField("g") else ()) + tuple(a.graphs):
+                yield from all_dims(g)
+
+
+def plain_dim_names(model: onnx.ModelProto) -> dict[str, str]:
+    """Rename, in place, each dim_param that is not a plain identifier; returns new name → original.
+
+    The new names are ``gc_dim0``, ``gc_dim1``... in sorted order of the original texts (deterministic),
+    with as many ``_`` after the prefix as it takes for no name in the model to start with it."""
+    dims = [d for d in all_dims(model.graph) if d.HasField("dim_param")]
+    odd = sorted({d.dim_param for d in dims if not _IDENT.fullmatch(d.dim_param)})
+    if not odd:
+        return {}
+    taken = {m for d in dims for m in _IDENT.findall(d.dim_param[:4096])}
+    clashes = [len(name) for name in taken if name.startswith(_PLAIN_PREFIX)]
+    prefix = _PLAIN_PREFIX + "_" * (max(clashes) - len(_PLAIN_PREFIX) + 1 if clashes else 0)
+    new_name = {text: f"{prefix}{i}" for i, text in enumerate(odd)}
+    for d in dims:
+        if d.dim_param in new_name:
+            d.dim_param = new_name[d.dim_param]
+    return {new: text for text, new in new_name.items()}
+
+
+def restore_text(text: str, renamed: Mapping[str, str]) -> str:
+    """``text`` with every renamed identifier put back (parenthesised inside an expression)."""
+    if not renamed:
+        return text
+    if text in renamed:
+        return renamed[text]
+
+    def original(m: re.Match[str]) -> str:
+        old = renamed.get(m.group(0))
+        return m.group(0) if old is None else f"({old})"
+
+    return _IDENT.sub(original, text)
+
+
+def restore_dim_names(model: onnx.ModelProto, renamed: Mapping[str, str]) -> None:
+    """Put the original dim_params back, in place, wherever a renamed one is used."""
+    if not renamed:
+        return
+    for d in all_dims(model.graph):
+        if d.HasField("dim_param"):
+            d.dim_param = restore_text(d.dim_param, renamed)
+
+
+# ---------------------------------------------------------------------------- the hand-off
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _graphs(g)
+
+
+def _external_constants_to_initializers(model: onnx.ModelProto) -> None:
+    """Constant nodes whose payload the scanner skipped become initializers of their graph (in place)."""
+    for g in _graphs(model.graph):
+        nodes = list(g.node)
+        if not any(_external_constant(n) is not None for n in nodes):
+            continue
+        del g.node[:]
+        for n in nodes:
+            t = _external_constant(n)
+            if t is None:
+                g.node.append(n)
+                continue
+            init = g.initializer.add()
+            init.CopyFrom(t)
+            init.name = n.output[0]
+
+
+def _external_constant(n: onnx.NodeProto) -> onnx.TensorProto | None:
+    if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or len(n.output) != 1 or not n.output[0]:
+        return None
+    for a in n.attribute:
+        if a.name == "value" and a.type == onnx.AttributeProto.TENSOR \
+                and a.t.data_location == onnx.TensorProto.EXTERNAL:
+            return a.t
+    return None
+
+
+def _name_anonymous_input_dims(graph: onnx.GraphProto) -> None:
+    """Name each graph input's unnamed dim as ``graphcost.graph`` does (``unk__<input>_<axis>``), so the
+    engine carries that name instead of minting one."""
+    for vi in graph.input:
+        for shape in type_shapes(vi.type):
+            for axis, d in enumerate(shape.dim):
+                if not d.HasField("dim_value") and not d.HasField("dim_param"):
+                    d.dim_param = _unknown_name(vi.name, axis)
+
+
+def _numel(dims: Iterable[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def _detach_payloads(ir_model: object, proto: onnx.ModelProto, base_dir: str | None) -> None:
+    """Give the engine no lazy tensor: read small integer payloads safely, drop every other value."""
+    import onnx_ir as ir
+
+    from graphcost import _scan
+
+    external = {t.name: t for g in _graphs(proto.graph) for t in g.initializer
+                if t.data_location == onnx.TensorProto.EXTERNAL}
+    if not external:
+        return
+    assert isinstance(ir_model, ir.Model)
+    for graph in (ir_model.graph, *ir_model.graph.subgraphs()):
+        for value in graph.initializers.values():
+            t = external.get(value.name or "")
+            if t is None or not isinstance(value.const_value, ir.ExternalTensor):
+                continue
+            tensor: ir.TensorProtocol | None = None
+            if base_dir and t.data_type in _INT_TYPES and len(t.dims) <= 1 and _numel(t.dims) <= _SMALL_INT_VALUES:
+                try:
+                    tensor = ir.tensor(_scan.read_external_payload(t, base_dir), name=value.name)
+                except Exception:
+                    tensor = None
+            shape, dtype = value.const_value.shape, value.const_value.dtype
+            value.const_value = tensor
+            if tensor is None:  # the value stays typed: only its data is gone
+                value.shape = ir.Shape(shape)
+                value.dtype = dtype
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The engine logs a warning per op it does not know: graphcost reports unknown shapes itself."""
+    log = logging.getLogger("onnx_shape_inference")
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.CRITICAL + 1)
+    log.propagate = False
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+        log.propagate = propagate
+
+
+def symbolic_infer(model: onnx.ModelProto, base_dir: str | None) -> EngineRun:
+    """Run onnx-shape-inference on a safe copy of ``model`` (which is never changed)."""
+    import onnx_ir as ir
+    from onnx_shape_inference import infer_symbolic_shapes
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    renamed = plain_dim_names(copy)
+    _name_anonymous_input_dims(copy.graph)
+    _external_constants_to_initializers(copy)
+    note: str | None = None
+    try:
+        ir_model = ir.serde.deserialize_model(copy)
+    except Exception as e:
+        return EngineRun({}, f"onnx-shape-inference could not read the model: {_first_line(e)}")
+    _detach_payloads(ir_model, copy, base_dir)
+    with _quiet():
+        try:
+            infer_symbolic_shapes(ir_model, warn_on_missing=False)
+        except Exception as e:  # what it typed before the failing node stays on the model
+            where = getattr(e, "node_name", None)
+            op = getattr(e, "op_type", None)
+            at = f" at node {where!r} ({op})" if where and op else ""
+            cause = e.__cause__ if e.__cause__ is not None else e
+            note = f"onnx-shape-inference stopped{at}: {_first_line(cause)}"
+    types: TypeTable = {}
+    for node in ir_model.graph.all_nodes():
+        for out in node.outputs:
+            if not out.name or out.type is None:
+                continue
+            try:
+                vi = ir.serde.serialize_value(out)
+            except Exception:
+                continue
+            if vi.type.WhichOneof("value") is None:
+                continue
+            if renamed:
+                for shape in type_shapes(vi.type):
+                    for d in shape.dim:
+                        if d.HasField("dim_param"):
+                            d.dim_param = restore_text(d.dim_param, renamed)
+            types[out.name] = vi.type
+    return EngineRun(types, note)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+# ---------------------------------------------------------------------------- deterministic names
+def name_minted_dims(types: TypeTable, order: Iterable[str], graph: onnx.GraphProto) -> TypeTable:
+    """Rename counter-minted dim symbols after the first (tensor, axis) that carries them.
+
+    ``order`` lists tensor names in graph order; tensors of ``types`` it does not list come after, sorted.
+    A minted symbol is an engine's spelling (``unk__N``, ``_dN``) that is not a name the model itself
+    uses in ``graph`` (the model as loaded). The new name is ``unk__<tensor>_<axis>``, with ``_``
+    appended while it would clash with another name. Relations survive: every dim that used the symbol
+    uses the new name.
+    Returns a new table; types without minted names are shared, not copied."""
+    if not any(d.HasField("dim_param") and _maybe_minted(d.dim_param)
+               for t in types.values() for shape in type_shapes(t) for d in shape.dim):
+        return types  # the common case, and every static graph: nothing to rename
+    model_names = model_dim_names(graph)
+    listed = list(dict.fromkeys(n for n in order if n in types))
+    seen = set(listed)
+    listed.extend(sorted(n for n in types if n not in seen))
+    rename: dict[str, str] = {}
+    taken = set(model_names)
+    for name in listed:
+        for shape in type_shapes(types[name]):
+            for axis, d in enumerate(shape.dim):
+                if not d.HasField("dim_param") or not _maybe_minted(d.dim_param):
+                    continue
+                for sym in sorted(free_names(parse_dim(d.dim_param))):
+                    if sym in rename or sym in model_names or not _MINTED.fullmatch(sym):
+                        continue
+                    new = _unknown_name(name, axis)
+                    while new in taken:
+                        new += "_"
+                    taken.add(new)
+                    rename[sym] = new
+    if not rename:
+        return types
+    out: TypeTable = {}
+    for name, t in types.items():
+        if not any(d.HasField("dim_param") and _maybe_minted(d.dim_param)
+                   for shape in type_shapes(t) for d in shape.dim):
+            out[name] = t
+            continue
+        fixed = onnx.TypeProto()
+        fixed.CopyFrom(t)
+        for shape in type_shapes(fixed):
+            for d in shape.dim:
+                if d.HasField("dim_param") and _maybe_minted(d.dim_param):
+                    d.dim_param = _IDENT.sub(lambda m: rename.get(m.group(0), m.group(0)), d.dim_param)
+        out[name] = fixed
+    return out
+
+
+def _maybe_minted(text: str) -> bool:
+    return "unk__" in text or "_d" in text
+
+
+def _unknown_name(tensor: str, axis: int) -> str:
+    safe = "".join(c if c.isalnum() else "_" for c in tensor).strip("_") or "t"
+    return f"unk__{safe}_{axis}"
+
+
+def model_dim_names(graph: onnx.GraphProto) -> frozenset[str]:
+    """Every identifier the model's own dim_params use (these are never taken for minted names)."""
+    return frozenset(n for d in all_dims(graph) if d.HasField("dim_param") for n in _IDENT.findall(d.dim_param[:4096]))

@@ -1,0 +1,309 @@
+"""The shape engine: onnx's C++ inference first, onnx-shape-inference where tensors stay open, the
+specialize pre-pass between rounds; formulas in the graph inputs' dim names, minted names deterministic,
+weights never read, dim text never handed over unless it is a plain identifier."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnx_ir
+import onnx_shape_inference
+import pytest
+import sympy
+
+import graphcost
+from graphcost._dims import parse_dim, symbol
+from graphcost.load import load
+from graphcost.passes import _engines, shapes
+
+ROOT = Path(__file__).resolve().parent.parent
+H = '<ir_version: 8, opset_import: ["" : 17]>'
+
+# Conv stride 2 then nearest Resize ×2: onnx's C++ inference types the Conv but not the Resize.
+STRIDED = H + """
+g (float[batch,3,height,width] x, float[4,3,3,3] w) => (y) {
+   c = Conv<strides = [2, 2], pads = [1, 1, 1, 1]>(x, w)
+   roi = Constant<value = float[0] {}>()
+   sc = Constant<value = float[4] {1.0, 1.0, 2.0, 2.0}>()
+   y = Resize<mode = "nearest">(c, roi, sc) }"""
+
+# NonZero's count is known only at run time: its dim is a minted name, carried into the Reshape.
+NONZERO = H + """
+g (float[N] x) => (y) {
+   nz = NonZero(x)
+   t = Constant<value = int64[1] {-1}>()
+   y = Reshape(nz, t) }"""
+
+# ORT's dynamic quantization: DynamicQuantizeLinear → MatMulInteger.
+QUANTIZED = '<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>' + """
+g (float[batch,seq,8] x, uint8[8,4] w) => (y) {
+   q, s, z = DynamicQuantizeLinear(x)
+   zw = Constant<value = uint8 {0}>()
+   m = MatMulInteger(q, w, z, zw)
+   f = Cast<to = 1>(m)
+   y = Mul(f, s) }"""
+
+# paddle2onnx's direction classifier: a `?` batch dim, Reshape target = Concat(Cast(Slice(Shape)), Cast(Constant)).
+PADDLE_CLS = H + """
+g (float[?,8,4,4] x, float[128,2] w) => (y) {
+   s = Shape(x)
+   st = Constant<value = int64[1] {0}>()
+   en = Constant<value = int64[1] {1}>()
+   b = Slice(s, st, en)
+   b32 = Cast<to = 6>(b)
+   k = Constant<value = int32[1] {-1}>()
+   t32 = Concat<axis = 0>(b32, k)
+   t = Cast<to = 7>(t32)
+   r = Reshape(x, t)
+   y = MatMul(r, w) }"""
+
+# Swin-style window padding on a static input: the Pad amounts are computed from Shape, pad = (3 - W % 3) % 3.
+WINDOW = H + """
+g (float[1,5,5,2] x, float[2,4] w) => (y) {
+   s = Shape(x)
+   i = Constant<value = int64 {2}>()
+   wd = Gather(s, i)
+   ws = Constant<value = int64 {3}>()
+   m1 = Mod(wd, ws)
+   d = Sub(ws, m1)
+   pr = Mod(d, ws)
+   pr1 = Unsqueeze(pr, zero1)
+   zero1 = Constant<value = int64[1] {0}>()
+   zeros = Constant<value = int64[3] {0, 0, 0}>()
+   z1 = Constant<value = int64[2] {0, 0}>()
+   pads = Concat<axis = 0>(zeros, z1, pr1, pr1, z1)
+   p = Pad(x, pads)
+   y = MatMul(p, w) }"""
+
+
+def _model(text: str) -> onnx.ModelProto:
+    return onnx.parser.parse_model(text)
+
+
+def _analyze(text: str, **kw: Any) -> graphcost.Report:
+    return graphcost.analyze(_model(text), **kw)
+
+
+def _shape(result: shapes.ShapeResult, name: str) -> tuple[Any, ...]:
+    t = result.graph.tensor(name)
+    assert t is not None and t.shape is not None, name
+    return tuple(t.shape)
+
+
+def _infer(text: str, tmp_path: Path, **kw: Any) -> shapes.ShapeResult:
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(text), str(path))
+    return shapes.infer_shapes(load(str(path)), **kw)
+
+
+# ---------------------------------------------------------------------------- formulas in the input dims
+def test_stride_formula_is_in_the_input_dims(tmp_path: Path) -> None:
+    r = _infer(STRIDED, tmp_path)
+    h, w = symbol("height"), symbol("width")
+    conv_h = sympy.floor((h - 1) / 2) + 1  # (height + 2·pad − kernel) / stride + 1, floored
+    conv_w = sympy.floor((w - 1) / 2) + 1
+    assert _shape(r, "c") == (symbol("batch"), 4, conv_h, conv_w)
+    assert _shape(r, "y") == (symbol("batch"), 4, 2 * conv_h, 2 * conv_w)  # Resize ×2: only the symbolic engine
+    assert "onnx-shape-inference" in r.engines
+    assert "onnxruntime-symbolic" not in r.engines
+
+
+def test_engine_text_parses_through_our_grammar() -> None:
+    h = symbol("height")
+    assert parse_dim("floor((height - 1)/2) + 1") == sympy.floor((h - 1) / 2) + 1
+    assert parse_dim("floor(height/2 - 1/2) + 1") == sympy.floor((h - 1) / 2) + 1  # the engine's spelling
+
+
+@pytest.mark.parametrize("batch_dim", ["?", None], ids=["question-mark-name", "anonymous"])
+def test_question_mark_dim_and_cast_reshape_target_resolve(tmp_path: Path, batch_dim: str | None) -> None:
+    m = _model(PADDLE_CLS)
+    if batch_dim is not None:
+        m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = batch_dim  # what paddle2onnx writes
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    r = shapes.infer_shapes(load(str(path)))
+    (batch,) = _shape(r, "x")[:1]
+    assert _shape(r, "r") == (batch, 128)  # 8·4·4 = 128 features per row, the rows are x's batch
+    assert _shape(r, "y") == (batch, 2)
+    rep = graphcost.analyze(str(path))
+    assert rep.totals.unknown_nodes == 0
+    assert rep.totals.macs == 128 * 2  # one row at the default binding, 128 MACs per output
+
+
+def test_window_padding_resolves_exactly_on_a_static_graph(tmp_path: Path) -> None:
+    r = _infer(WINDOW, tmp_path)
+    assert _shape(r, "p") == (1, 6, 6, 2)  # 5 + (3 − 5 mod 3) mod 3 = 6 on both padded axes
+    assert _shape(r, "y") == (1, 6, 6, 4)
+    rep = _analyze(WINDOW)
+    assert rep.totals.macs == 6 * 6 * 2 * 4  # 36 rows of a 2→4 matmul
+    assert not rep.totals.formulas  # a static graph has no symbolic dim left
+
+
+def test_input_values_pass_through(tmp_path: Path) -> None:
+    text = H + """
+    g (float[N,6] x, int64[2] shape) => (y) {
+       y = Reshape(x, shape) }"""
+    open_ = _infer(text, tmp_path)
+    assert any(not isinstance(d, int) and not str(d).startswith("N") for d in _shape(open_, "y"))
+    given = _infer(text, tmp_path, input_values={"shape": np.array([3, 4], dtype=np.int64)})
+    assert _shape(given, "y") == (3, 4)
+
+
+# ---------------------------------------------------------------------------- deterministic minted names
+def test_minted_names_come_from_tensor_and_axis(tmp_path: Path) -> None:
+    r = _infer(NONZERO, tmp_path)
+    nz = _shape(r, "nz")
+    assert nz[0] == 1  # rank of x
+    assert str(nz[1]) == "unk__nz_1"  # the count of non-zeros: named after its tensor and axis
+    (y,) = _shape(r, "y")
+    assert str(y) == "unk__y_0"  # downstream of a run-time value only onnx's inference speaks; named the same way
+    for name, t in r.types.items():
+        for d in t.tensor_type.shape.dim if t.HasField("tensor_type") else ():
+            if d.HasField("dim_param"):
+                assert not re.search(r"\b(?:_d|unk__)[0-9]+\b", d.dim_param), (name, d.dim_param)
+
+
+def test_name_minted_dims_follows_graph_order() -> None:
+    def typ(*dims: str | int) -> onnx.TypeProto:
+        return onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, list(dims))
+
+    graph = _model(H + "g (float[_d0] x) => (y) { y = Identity(x) }").graph  # the model's own `_d0` is a name
+    types = {"b": typ("2*_d7 + 1", "unk__3"), "a": typ("_d7", "_d0"), "z": typ("unk__3")}
+    out = _engines.name_minted_dims(types, ["a", "b"], graph)
+    dims = {k: [d.dim_param for d in v.tensor_type.shape.dim] for k, v in out.items()}
+    assert dims == {"a": ["unk__a_0", "_d0"], "b": ["2*unk__a_0 + 1", "unk__b_1"], "z": ["unk__b_1"]}
+    assert types["a"].tensor_type.shape.dim[0].dim_param == "_d7"  # the input table is not changed
+
+
+@pytest.mark.parametrize("text", [NONZERO, QUANTIZED, STRIDED, PADDLE_CLS], ids=["nonzero", "quantized",
+                                                                                 "strided", "paddle"])
+def test_two_processes_give_the_same_bytes(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(text), str(path))
+    outs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run([sys.executable, "-m", "graphcost", "analyze", str(path), "--format", "json"],
+                             capture_output=True, env=env, cwd=ROOT, timeout=120)
+        assert run.returncode == 0, run.stderr.decode()[-2000:]
+        outs.append(run.stdout)
+    assert outs[0] == outs[1]
+    assert not re.search(rb"\b(?:_d|unk__)[0-9]+\b", outs[0])  # no counter-minted name reaches the report
+
+
+def test_quantized_chain_is_resolved() -> None:
+    rep = _analyze(QUANTIZED, dims={"batch": 2, "seq": 3})
+    assert rep.totals.unknown_nodes == 0
+    assert rep.model.outputs[0].shape == ("batch", "seq", 4)
+
+
+# ---------------------------------------------------------------------------- what the engine is handed
+def test_engine_sees_only_plain_identifiers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    real = onnx_shape_inference.infer_symbolic_shapes
+
+    def spy(model: onnx_ir.Model, **kw: Any) -> onnx_ir.Model:
+        for v in (*model.graph.inputs, *model.graph.outputs):
+            for d in v.shape.dims if v.shape is not None else ():
+                if isinstance(d, onnx_ir.SymbolicDim) and d.value is not None:
+                    seen.append(d.value)
+        return real(model, **kw)
+
+    monkeypatch.setattr(onnx_shape_inference, "infer_symbolic_shapes", spy)
+    m = _model(STRIDED)
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_param, dims[2].dim_param = "?", "height+1"  # paddle2onnx's `?`, and an expression
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    r = shapes.infer_shapes(load(str(path)))
+    assert seen and all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s) for s in seen), seen
+    h1 = symbol("height") + 1
+    assert _shape(r, "c")[2] == sympy.floor(h1 / 2 - sympy.Rational(1, 2)) + 1  # the original text is back
+    assert str(_shape(r, "c")[0]) != "gc_dim0"
+
+
+def test_static_graph_never_reaches_the_symbolic_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("the symbolic engine ran on a static graph")
+
+    monkeypatch.setattr(_engines, "symbolic_infer", refuse)
+    r = _infer(H + """
+    g (float[2,8] x, float[8,4] w) => (y) { m = MatMul(x, w)
+       y = Relu(m) }""", tmp_path)
+    assert r.engines == ("onnx",)
+    assert _shape(r, "y") == (2, 4)
+
+
+def test_external_payloads_are_never_read_lazily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scanner leaves big payloads as references into the file; onnx_ir must not resolve them."""
+    text = H + """
+    g (float[N,300] x) => (y) {
+       y = Add(x, b) }"""
+    m = _model(text)
+    b = onnx.numpy_helper.from_array(np.ones(300, np.float32), "b")  # 1.2 KB: stripped by the scanner
+    m.graph.initializer.append(b)
+    m.graph.node.append(onnx.helper.make_node("Constant", [], ["k"], value=onnx.numpy_helper.from_array(
+        np.arange(300, dtype=np.int64), "k")))  # a big 1-d int64 constant: read only through the scanner
+    m.graph.node.append(onnx.helper.make_node("Shape", ["y"], ["s"]))
+    m.graph.output.append(onnx.helper.make_tensor_value_info("s", onnx.TensorProto.INT64, None))
+    m.graph.output.append(onnx.helper.make_tensor_value_info("k", onnx.TensorProto.INT64, None))
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+
+    def refuse(self: Any, *args: Any, **kw: Any) -> Any:
+        raise AssertionError(f"onnx_ir read external tensor {self.name!r}")
+
+    monkeypatch.setattr(onnx_ir.ExternalTensor, "numpy", refuse)
+    monkeypatch.setattr(onnx_ir.ExternalTensor, "tobytes", refuse)
+    monkeypatch.chdir(tmp_path)  # where a lazy read would resolve the file's own basename
+    model = load(str(path))
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.proto.graph.initializer)
+    run = _engines.symbolic_infer(model.proto, model.base_dir)
+    assert run.note is None
+    assert [d.dim_value for d in run.types["s"].tensor_type.shape.dim] == [2]
+    r = shapes.infer_shapes(model)
+    assert _shape(r, "y") == (symbol("N"), 300)
+
+
+def test_engine_failure_is_one_sentence_and_keeps_onnx_shapes(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(model: onnx_ir.Model, **kw: Any) -> onnx_ir.Model:
+        raise onnx_shape_inference.ShapeInferenceError(node_name="n1", op_type="Resize", domain="",
+                                                       message="broken\nsecond line")
+
+    monkeypatch.setattr(onnx_shape_inference, "infer_symbolic_shapes", boom)
+    r = _infer(STRIDED, tmp_path)
+    assert _shape(r, "c")[1] == 4  # onnx's own inference still typed the Conv
+    notes = [w.message for w in r.warnings if "onnx-shape-inference" in w.message]
+    assert notes and all("\n" not in n and "'n1'" in n for n in notes), notes
+
+
+_ANALYZE_ALL = """
+import sys
+from graphcost import cli
+for path in sys.argv[1:]:
+    code = cli.main(["analyze", path, "--format", "json"])
+    print(f"== {path} {code}", flush=True)
+"""
+
+
+def test_shipped_models_give_the_same_bytes_in_two_processes() -> None:
+    paths = sorted(str(p) for p in (*(ROOT / "models").glob("*.onnx"), *(ROOT / "models" / "zoo").glob("*.onnx")))
+    assert paths
+    outs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run([sys.executable, "-c", _ANALYZE_ALL, *paths], capture_output=True, env=env, cwd=ROOT,
+                             timeout=600)
+        assert run.returncode == 0, run.stderr.decode()[-2000:]
+        outs.append(run.stdout)
+    assert outs[0] == outs[1]
+    assert outs[0].count(b"== ") == len(paths) and b" 0\n" in outs[0]
