@@ -18,6 +18,9 @@ What this module adds around it:
   dims and loses its value. Constant nodes holding one become initializers first, so both cases are one.
 - **Failures.** The engine stops at the first node it cannot type (``ShapeInferenceError``); what it typed
   before that stays, and the caller merges it with onnx's shapes. The error becomes one sentence.
+- **Shape data.** The engine carries the values of shape tensors through Shape/Slice/Concat but not
+  through Where on an Equal, ConstantOfShape or an integer Div; exporters build Reshape/Expand targets with
+  them (T5, ViT, wav2vec2). :mod:`graphcost.passes._osi_rules` adds those, around each call only.
 - **Minted names.** The engine names a dim it cannot express ``_d0``, ``_d1``... by a counter, and onnx's
   C++ inference ``unk__0``...; :func:`name_minted_dims` renames both after the first (tensor, axis) that
   carries them, in graph order, so the same model gives the same names in every process.
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 import onnx
 
 from graphcost._dims import free_names, parse_dim
+from graphcost.passes import _osi_rules
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN_PREFIX = "gc_dim"
@@ -241,7 +245,7 @@ def symbolic_infer(model: onnx.ModelProto, base_dir: str | None) -> EngineRun:
     except Exception as e:
         return EngineRun({}, f"onnx-shape-inference could not read the model: {_first_line(e)}")
     _detach_payloads(ir_model, copy, base_dir)
-    with _quiet():
+    with _quiet(), _osi_rules.installed():
         try:
             infer_symbolic_shapes(ir_model, warn_on_missing=False)
         except Exception as e:  # what it typed before the failing node stays on the model

@@ -157,6 +157,119 @@ def test_input_values_pass_through(tmp_path: Path) -> None:
     assert _shape(given, "y") == (3, 4)
 
 
+# ---------------------------------------------------------------------------- shape data through Where, Equal, Div
+# torch's legacy `cls.expand(batch, -1, -1)` (ViT's class token): the target is Where(Equal(t, -1), 1, t) with
+# t = Concat(batch, -1, -1), and the -1 probe is ConstantOfShape(Shape(t)) · -1.
+EXPAND_BATCH = H + """
+g (float[batch,2,4] x, float[1,1,4] cls, float[4,8] w) => (y) {
+   s = Shape(x)
+   i0 = Constant<value = int64 {0}>()
+   b = Gather(s, i0)
+   ax = Constant<value = int64[1] {0}>()
+   bu = Unsqueeze(b, ax)
+   m1 = Constant<value = int64[1] {-1}>()
+   t = Concat<axis = 0>(bu, m1, m1)
+   n = Shape(t)
+   ones = ConstantOfShape<value = int64[1] {1}>(n)
+   neg = Constant<value = int64 {-1}>()
+   probe = Mul(ones, neg)
+   eq = Equal(t, probe)
+   target = Where(eq, ones, t)
+   e = Expand(cls, target)
+   y = MatMul(e, w) }"""
+
+# T5's relative-position buckets: a ConstantOfShape shaped like a tensor only the symbolic engine types (here a
+# nearest Resize ×2 along seq, which onnx's C++ inference leaves open on symbolic dims).
+FILL_LIKE = H + """
+g (float[batch,seq,4] x, float[4,8] w) => (y) {
+   roi = Constant<value = float[0] {}>()
+   sc = Constant<value = float[3] {1.0, 2.0, 1.0}>()
+   u = Resize<mode = "nearest">(x, roi, sc)
+   s = Shape(u)
+   z = ConstantOfShape<value = float[1] {0.0}>(s)
+   y = MatMul(z, w) }"""
+
+# The dynamo exporter's `samples // 10` in a Reshape target (wav2vec2's feature frames).
+FLOOR_DIV = H + """
+g (float[batch,samples] x, float[10,4] w) => (y) {
+   s = Shape(x)
+   st = Constant<value = int64[1] {1}>()
+   en = Constant<value = int64[1] {2}>()
+   n1 = Slice(s, st, en)
+   n = Squeeze(n1)
+   ten = Constant<value = int64 {10}>()
+   q = Div(n, ten)
+   ax = Constant<value = int64[1] {0}>()
+   qu = Unsqueeze(q, ax)
+   b1 = Slice(s, ax, st)
+   k = Constant<value = int64[1] {10}>()
+   t = Concat<axis = 0>(b1, qu, k)
+   r = Reshape(x, t)
+   y = MatMul(r, w) }"""
+
+
+def test_expand_to_batch_minus_one_keeps_the_batch_dim(tmp_path: Path) -> None:
+    r = _infer(EXPAND_BATCH, tmp_path)
+    batch = symbol("batch")
+    assert _shape(r, "e") == (batch, 1, 4)  # Where picks 1 where t is -1, and batch (never -1) elsewhere
+    rep = _analyze(EXPAND_BATCH, dims={"batch": 3})
+    assert rep.totals.macs == 3 * 1 * 4 * 8  # batch · 1 row · K=4 · N=8
+    assert sympy.sympify(rep.totals.formulas["macs"]) == 32 * sympy.Symbol("batch")
+
+
+def test_constant_of_shape_takes_symbolic_dims(tmp_path: Path) -> None:
+    r = _infer(FILL_LIKE, tmp_path)
+    batch, seq = symbol("batch"), symbol("seq")
+    assert _shape(r, "z") == (batch, 2 * seq, 4)
+    rep = _analyze(FILL_LIKE, dims={"batch": 2, "seq": 5})
+    assert rep.totals.macs == 2 * (2 * 5) * 4 * 8  # batch · 2·seq rows (Resize ×2) · K=4 · N=8
+    assert sympy.sympify(rep.totals.formulas["macs"]) == 64 * sympy.Symbol("batch") * sympy.Symbol("seq")
+
+
+def test_integer_division_of_a_dim_is_floor(tmp_path: Path) -> None:
+    r = _infer(FLOOR_DIV, tmp_path)
+    batch, samples = symbol("batch"), symbol("samples")
+    assert _shape(r, "r") == (batch, sympy.floor(samples / 10), 10)
+    rep = _analyze(FLOOR_DIV, dims={"batch": 2, "samples": 95})
+    assert rep.totals.macs == 2 * (95 // 10) * 10 * 4  # batch · floor(samples/10) rows · K=10 · N=4
+    formula = sympy.sympify(rep.totals.formulas["macs"])
+    assert {s.name for s in formula.free_symbols} == {"batch", "samples"}
+
+
+def test_equal_decides_only_what_holds_for_every_dim() -> None:
+    from graphcost.passes import _osi_rules
+
+    d = onnx_ir.SymbolicDim("batch")
+    assert _osi_rules._equal_element(d, -1) == 0  # a dim is never negative
+    assert _osi_rules._equal_element(d, 1) is None  # batch may be 1: undecided, so Where keeps the engine's answer
+    assert _osi_rules._equal_element(d, onnx_ir.SymbolicDim("batch")) == 1
+    assert _osi_rules._equal_element(3, 3) == 1 and _osi_rules._equal_element(3, -1) == 0
+
+
+def test_rules_hold_on_the_first_engine_call_of_a_process(tmp_path: Path) -> None:
+    """The engine fills its registry on first use; the rules must be in place for that first call too."""
+    import json
+
+    path = tmp_path / "fill.onnx"
+    onnx.save(_model(FILL_LIKE), str(path))
+    run = subprocess.run([sys.executable, "-m", "graphcost", "analyze", str(path), "--format", "json"],
+                         capture_output=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    macs = sympy.sympify(json.loads(run.stdout)["totals"]["formulas"]["macs"])
+    assert macs == 64 * sympy.Symbol("batch") * sympy.Symbol("seq")  # batch · 2·seq rows · K=4 · N=8
+
+
+def test_rules_leave_the_engine_registry_as_it_was() -> None:
+    from onnx_shape_inference import _registry
+
+    from graphcost.passes import _osi_rules
+
+    before = {k: list(v) for k, v in _registry.registry._registrations.items()}
+    with _osi_rules.installed():
+        assert _registry.registry._registrations[("", "Where")] != before[("", "Where")]
+    assert _registry.registry._registrations == before
+
+
 # ---------------------------------------------------------------------------- deterministic minted names
 def test_minted_names_come_from_tensor_and_axis(tmp_path: Path) -> None:
     r = _infer(NONZERO, tmp_path)

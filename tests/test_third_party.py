@@ -45,12 +45,9 @@ STANDARD_DOMAINS = ("ai.onnx", "ai.onnx.ml", "")
 # Known gaps (graphcost bugs or missing features found by these tests), as strict xfails keyed by test id
 # ---------------------------------------------------------------------------------------------------------------
 
-_W2V_SSI = ("ORT symbolic shape inference crashes on the weight-norm ReduceL2 -> Div ('NoneType' has no len()); the "
-            "onnx fallback cannot propagate the integer Div in the head-split Reshape shapes")
-_LLAMA_ORT = ("ORT's symbolic shape inference raises AssertionError (two different constant dims to merge) on the "
-              "ORT-optimized legacy LLaMA/Mistral export; onnx's inference alone leaves the rotary/GQA Reshape dims "
-              "unresolved, so MACs come out low (2,101,282 of 2,490,368 at batch 2, seq 16)")
-
+# None today. Resolved by the shape engine (docs/shapes.md): wav2vec2 legacy and dynamo (ORT's engine crashed on
+# the weight-norm ReduceL2 -> Div; dynamo's `samples // 10` head split needed Div on a dim) and the ORT-optimized
+# legacy LLaMA/Mistral exports (ORT's engine raised AssertionError; the rotary/GQA Reshape dims stayed open).
 KNOWN_GAPS: dict[str, str] = {}
 """Test id (the part in brackets) -> why it fails today. Filled in below, next to the parametrization."""
 
@@ -192,11 +189,6 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> Exports:
 HF_MODELS = ("gpt2", "bert", "roberta", "distilbert", "llama", "mistral", "t5", "vit", "wav2vec2")
 HF_DYNAMO = ("gpt2", "bert", "llama", "t5", "vit", "wav2vec2")  # dynamo exports take 5-20 s each: one per family
 
-KNOWN_GAPS.update({
-    "wav2vec2-dynamo": _W2V_SSI + ": with batch and samples bound, MACs are 38,396,928 instead of 51,279,744",
-    "wav2vec2-legacy": _W2V_SSI + ": MACs are right at the bound dims, but the formula is the constant 51279744",
-})
-
 HF_PARAMS = [_param(f"{m}-{e}", m, e) for e in ("legacy", "dynamo") for m in HF_MODELS
              if e == "legacy" or m in HF_DYNAMO]
 
@@ -240,11 +232,6 @@ EXPECTED_FUSIONS = {
     ("resnet18", "extended"): {"com.microsoft::FusedConv"},
     ("resnet18", "all"): {"com.microsoft.nchwc::Conv"},
 }
-
-for _level in ("extended", "all"):
-    for _m in ("llama", "mistral"):
-        KNOWN_GAPS[f"{_m}-legacy-{_level}"] = _LLAMA_ORT
-# wav2vec2-legacy after ORT's optimizer resolves now (it was a strict xfail on _W2V_SSI): the raw export still is one.
 
 ORT_PARAMS = [_param(f"{m}-{e}-{lvl}", kind, m, e, lvl) for kind, m, e in ORT_SOURCES for lvl in ("extended", "all")]
 
