@@ -229,8 +229,12 @@ def _quiet() -> Iterator[None]:
         log.propagate = propagate
 
 
-def symbolic_infer(model: onnx.ModelProto, base_dir: str | None) -> EngineRun:
-    """Run onnx-shape-inference on a safe copy of ``model`` (which is never changed)."""
+def symbolic_infer(model: onnx.ModelProto, base_dir: str | None, *, constraints: bool = True) -> EngineRun:
+    """Run onnx-shape-inference on a safe copy of ``model`` (which is never changed).
+
+    ``constraints=False`` skips the engine's closing constraint pass (``adopt_declared_symbols``), which renames
+    its ``_dN`` symbols after equalities it recorded (Reshape element counts, declared names) and simplifies
+    every one with sympy: the expensive part of a run on exports whose dims carry ``floor`` terms."""
     import onnx_ir as ir
     from onnx_shape_inference import infer_symbolic_shapes
 
@@ -247,7 +251,7 @@ def symbolic_infer(model: onnx.ModelProto, base_dir: str | None) -> EngineRun:
     _detach_payloads(ir_model, copy, base_dir)
     with _quiet(), _osi_rules.installed():
         try:
-            infer_symbolic_shapes(ir_model, warn_on_missing=False)
+            infer_symbolic_shapes(ir_model, warn_on_missing=False, adopt_declared_symbols=constraints)
         except Exception as e:  # what it typed before the failing node stays on the model
             where = getattr(e, "node_name", None)
             op = getattr(e, "op_type", None)

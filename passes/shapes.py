@@ -174,23 +174,36 @@ def _symbolic_turns(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
     """onnx-shape-inference where onnx's inference left something unresolved, alternating with the
     contrib rules while each turn types more (at most ``_SYMBOLIC_TURNS``). Returns the models and table
     as the contrib rounds left them, and whether the engine ran. Skipped outright when nothing is
-    unresolved (large static graphs)."""
+    unresolved (large static graphs).
+
+    The turns run without the engine's constraint pass (``_engines.symbolic_infer``): on wav2vec2's
+    dynamo export it spent 1.6 s of 1.8 in sympy ``simplify`` and resolved nothing the turns did not
+    (``docs/shapes.md``). Only when something is still unresolved after the turns does one more run
+    take it."""
     used = False
     for _ in range(_SYMBOLIC_TURNS):
         if not _unresolved(inferred.graph, typed, names):
             break
-        run = _engines.symbolic_infer(stripped, base_dir)
+        typed = _engine_types(stripped, base_dir, dep, typed, known, notes, constraints=False)
         used = True
-        if run.note is not None:
-            notes.append(ShapeWarning(None, run.note))
-        sym = run.types
-        for name in dep.tainted:  # never take a guess about a value-dependent shape
-            sym.pop(name, None)
-        typed = _merge(sym, typed, known)
         stripped, inferred, typed, more = _contrib_rounds(stripped, inferred, typed, complete_only=True)
         if not more:
             break
+    if used and _unresolved(inferred.graph, typed, names):
+        typed = _engine_types(stripped, base_dir, dep, typed, known, notes, constraints=True)
     return stripped, inferred, typed, used
+
+
+def _engine_types(stripped: onnx.ModelProto, base_dir: str | None, dep: _datadep.DataDependence, typed: TypeTable,
+                  known: frozenset[str], notes: list[ShapeWarning], *, constraints: bool) -> TypeTable:
+    """``typed`` with what one onnx-shape-inference run says better (never a value-dependent shape)."""
+    run = _engines.symbolic_infer(stripped, base_dir, constraints=constraints)
+    if run.note is not None and run.note not in {n.message for n in notes}:
+        notes.append(ShapeWarning(None, run.note))
+    sym = run.types
+    for name in dep.tainted:  # never take a guess about a value-dependent shape
+        sym.pop(name, None)
+    return _merge(sym, typed, known)
 
 
 def _specialize_rounds(stripped: onnx.ModelProto, typed: TypeTable, names: list[str], known: frozenset[str],

@@ -259,6 +259,22 @@ def test_rules_hold_on_the_first_engine_call_of_a_process(tmp_path: Path) -> Non
     assert macs == 64 * sympy.Symbol("batch") * sympy.Symbol("seq")  # batch · 2·seq rows · K=4 · N=8
 
 
+@pytest.mark.parametrize(("text", "runs"), [(STRIDED, [False]), (NONZERO, [False, True])],
+                         ids=["resolved-in-one-run", "open-after-the-turns"])
+def test_engine_constraint_pass_runs_only_where_dims_stay_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              text: str, runs: list[bool]) -> None:
+    seen: list[bool] = []
+    real = _engines.symbolic_infer
+
+    def spy(model: onnx.ModelProto, base_dir: str | None, *, constraints: bool = True) -> _engines.EngineRun:
+        seen.append(constraints)
+        return real(model, base_dir, constraints=constraints)
+
+    monkeypatch.setattr(_engines, "symbolic_infer", spy)
+    _infer(text, tmp_path)
+    assert seen[:len(runs)] == runs and all(c == runs[-1] for c in seen[len(runs):])
+
+
 def test_rules_leave_the_engine_registry_as_it_was() -> None:
     from onnx_shape_inference import _registry
 
