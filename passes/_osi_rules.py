@@ -20,6 +20,9 @@ The rules below add, on top of the engine's own rule (which runs first and keeps
 - ``ConstantOfShape`` takes its shape from its input's values, and a 1-D integer result of at most
   :data:`MAX_VALUES` elements carries its values.
 
+"Symbolic dim" in the first two means one written in the model's own dim names: the engine's fresh ``_dN``
+symbols may stand for any value (it mints them where a Where cannot decide), so they decide nothing.
+
 They only ever *add* values: an element they cannot decide leaves the engine's result as it was. They are
 installed around one engine call (:func:`installed`), never left in the engine's registry.
 """
@@ -27,8 +30,12 @@ installed around one engine call (:func:`installed`), never left in the engine's
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
+
+_GENERATED = re.compile(r"(?<![A-Za-z0-9_])_d[0-9]+(?![A-Za-z0-9_])")
+"""onnx-shape-inference's name for a symbol it minted."""
 
 MAX_VALUES = 64
 """Longest ConstantOfShape result whose values are carried (shape tensors hold a handful of elements)."""
@@ -57,9 +64,13 @@ def _is_int(x: Value) -> bool:
 
 
 def _is_dim(x: Value) -> bool:
+    """A symbolic dim written in the model's own dim names only.
+
+    The engine's fresh ``_dN`` symbols are left out: it also mints them for values it cannot decide
+    (a Where between -1 and a dim), and such a value may be negative."""
     import onnx_ir as ir
 
-    return isinstance(x, ir.SymbolicDim) and x.value is not None
+    return isinstance(x, ir.SymbolicDim) and x.value is not None and not _GENERATED.search(x.value)
 
 
 def _integer(value: Any) -> bool:
@@ -130,7 +141,7 @@ def _constant_of_shape(ctx: Any, node: Any) -> None:
     if out is None or not node.inputs:
         return
     dims = _values(ctx, node.inputs[0])
-    if dims is None or not all(_is_int(d) or _is_dim(d) for d in dims):
+    if dims is None or not all(_is_int(d) or isinstance(d, ir.SymbolicDim) for d in dims):
         return
     if out.shape is None or any(not isinstance(d, int) for d in out.shape):
         ctx.set_shape_and_dtype(out, ir.Shape(dims), out.dtype)

@@ -244,6 +244,9 @@ def test_equal_decides_only_what_holds_for_every_dim() -> None:
     assert _osi_rules._equal_element(d, 1) is None  # batch may be 1: undecided, so Where keeps the engine's answer
     assert _osi_rules._equal_element(d, onnx_ir.SymbolicDim("batch")) == 1
     assert _osi_rules._equal_element(3, 3) == 1 and _osi_rules._equal_element(3, -1) == 0
+    fresh = onnx_ir.SymbolicDim("_d3")  # the engine's name for a value it could not decide: may be -1
+    assert _osi_rules._equal_element(fresh, -1) is None
+    assert _osi_rules._equal_element(onnx_ir.SymbolicDim("2*_d3 + batch"), -1) is None
 
 
 def test_rules_hold_on_the_first_engine_call_of_a_process(tmp_path: Path) -> None:
