@@ -8,8 +8,10 @@ What this module adds around it:
 - **Dim names.** A ``dim_param`` is text from the model file. The engine parses dims with its own parser
   (no ``eval``), but that parser raises on text such as ``?`` (paddle2onnx) and accepts ``**`` with any
   exponent. So it sees only plain identifiers: every other dim_param is renamed to a fresh identifier
-  (:func:`plain_dim_names`) and put back, inside parentheses, in whatever the engine writes from it
-  (:func:`restore_dim_names`). graphcost's own grammar (``graphcost._dimexpr``) parses the result.
+  (:func:`plain_dim_names`) and put back in whatever the engine writes from it (:func:`restore_dim_names`):
+  a whole dim as the model wrote it, a name inside an expression as graphcost's own text for that dim
+  (``(batch*seq)``; paddle2onnx's ``DynamicDimension.0`` as ``(DynamicDimension_0)``), so that graphcost's
+  grammar (``graphcost._dimexpr``) parses the result as a formula in the input dims.
 - **Weights.** graphcost's scanner replaces every payload over 1 KiB by an external-data reference into the
   original file. ``onnx_ir`` keeps such a tensor lazy, but the engine reads 0-d/1-d integer constants as
   shape values, and a lazy read would resolve the reference against the current directory. So every
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from graphcost._dims import free_names, parse_dim
+from graphcost._dims import free_names, parse_dim, to_text
 from graphcost.passes import _osi_rules
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -108,7 +110,14 @@ def plain_dim_names(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def restore_text(text: str, renamed: Mapping[str, str]) -> str:
-    """``text`` with every renamed identifier put back (parenthesised inside an expression)."""
+    """``text`` with every renamed identifier put back (parenthesised inside an expression).
+
+    A whole dim comes back as the model wrote it. Inside an expression each renamed identifier comes back as
+    graphcost's own text for that dim (:func:`graphcost._dims.to_text` of :func:`parse_dim`): an expression such
+    as ``batch*seq`` as itself, a text outside the grammar (paddle2onnx's ``DynamicDimension.0``, ``?``) as the
+    opaque symbol's name (``DynamicDimension_0``). Putting the raw text back would make the whole expression
+    text outside the grammar, i.e. one opaque symbol (``floor__DynamicDimension_1__2___1_2____1``) in place of
+    ``floor((DynamicDimension_1 - 1)/2) + 1``."""
     if not renamed:
         return text
     if text in renamed:
@@ -116,7 +125,7 @@ def restore_text(text: str, renamed: Mapping[str, str]) -> str:
 
     def original(m: re.Match[str]) -> str:
         old = renamed.get(m.group(0))
-        return m.group(0) if old is None else f"({old})"
+        return m.group(0) if old is None else f"({to_text(parse_dim(old))})"
 
     return _IDENT.sub(original, text)
 

@@ -122,6 +122,24 @@ def test_engine_text_parses_through_our_grammar() -> None:
     assert parse_dim("floor(height/2 - 1/2) + 1") == sympy.floor((h - 1) / 2) + 1  # the engine's spelling
 
 
+def test_dim_text_outside_the_grammar_stays_a_symbol_inside_formulas(tmp_path: Path) -> None:
+    """paddle2onnx 2.1 names dynamic dims ``DynamicDimension.0``...: the engine sees them renamed, and what it
+    writes from them must come back as a formula in graphcost's symbol for that text, not as one opaque name for
+    the whole expression (``floor__DynamicDimension_1__2___1_2____1``, which the PP-OCR detector's MACs were in)."""
+    m = _model(STRIDED)
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_param, dims[2].dim_param, dims[3].dim_param = "DynamicDimension.0", "DynamicDimension.1", "?"
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    r = shapes.infer_shapes(load(str(path)))
+    n, h, w = parse_dim("DynamicDimension.0"), parse_dim("DynamicDimension.1"), parse_dim("?")
+    assert (str(n), str(h), str(w)) == ("DynamicDimension_0", "DynamicDimension_1", "_")  # the opaque symbols
+    conv_h = sympy.floor((h - 1) / 2) + 1  # (height + 2·pad − kernel) / stride + 1, floored
+    conv_w = sympy.floor((w - 1) / 2) + 1
+    assert _shape(r, "y") == (n, 4, 2 * conv_h, 2 * conv_w)  # Resize ×2, typed by the symbolic engine
+    assert "onnx-shape-inference" in r.engines
+
+
 @pytest.mark.parametrize("batch_dim", ["?", None], ids=["question-mark-name", "anonymous"])
 def test_question_mark_dim_and_cast_reshape_target_resolve(tmp_path: Path, batch_dim: str | None) -> None:
     m = _model(PADDLE_CLS)
