@@ -30,6 +30,7 @@ from typing import Any
 
 import onnx
 
+from graphcost.graph import anonymous_dim
 from graphcost.passes.shapes import bind_inputs, strip_shapes
 
 DEFAULT_DIM_VALUE = 1
@@ -188,8 +189,8 @@ def _image_input(proto: onnx.ModelProto) -> tuple[str | None, str | None, str | 
         if vi.name in inits or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
             continue
         dims = vi.type.tensor_type.shape.dim
-        if len(dims) == 4 and dims[2].dim_param and dims[3].dim_param:
-            found.append(tuple(d.dim_param if d.HasField("dim_param") and d.dim_param else None
+        if len(dims) == 4 and not any(anonymous_dim(d) or not d.dim_param for d in dims[2:]):
+            found.append(tuple(None if anonymous_dim(d) or not d.dim_param else d.dim_param
                                for d in (dims[0], dims[2], dims[3])))
     return found[0] if len(found) == 1 else None  # type: ignore[return-value]
 

@@ -186,19 +186,41 @@ def _decode_type(type_proto: onnx.TypeProto, owner: str) -> tuple[tuple[Shape | 
     dims: list[Dim] = []
     owner_specific = False
     for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value") and d.dim_value >= 0:
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
-            dims.append(parse_dim(d.dim_param))
-        else:
-            dims.append(symbol(_unknown_dim_name(owner, i)))
+        if anonymous_dim(d):
+            dims.append(symbol(unknown_dim_name(owner, i)))
             owner_specific = True
+        elif d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(parse_dim(d.dim_param))
     return (tuple(dims), dtype), owner_specific
 
 
-def _unknown_dim_name(tensor: str, axis: int) -> str:
+def anonymous_dim(d: onnx.TensorShapeProto.Dimension) -> bool:
+    """A dim with neither a size nor a name of its own: unset, negative (``-1``, as some exporters write), or
+    ``?`` — how tools print an unnamed dim, which older exporters (paddle2onnx) store literally. Each such dim is
+    its own unknown: read as one shared name, ``?`` would make batch, height and width one dim."""
+    if d.HasField("dim_value"):
+        return d.dim_value < 0
+    return not d.dim_param.strip() or d.dim_param.strip() == "?"
+
+
+def unknown_dim_name(tensor: str, axis: int) -> str:
+    """The deterministic name of an unknown dim: ``unk__<tensor>_<axis>`` (non-alphanumerics as ``_``)."""
     safe = "".join(c if c.isalnum() else "_" for c in tensor).strip("_") or "t"
     return f"unk__{safe}_{axis}"
+
+
+def name_anonymous_input_dims(graph: onnx.GraphProto) -> None:
+    """Give each graph input's anonymous dim (:func:`anonymous_dim`) its :func:`unknown_dim_name`, in place, so
+    every engine carries that name instead of merging ``?`` dims or minting counters."""
+    for vi in graph.input:
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is None or not tt.HasField("shape"):
+            continue
+        for axis, d in enumerate(tt.shape.dim):
+            if anonymous_dim(d):
+                d.dim_param = unknown_dim_name(vi.name, axis)
 
 
 def _constant_is_parameter(dtype: str) -> bool:

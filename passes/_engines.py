@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import onnx
 
 from graphcost._dims import free_names, parse_dim, to_text
+from graphcost.graph import name_anonymous_input_dims, unknown_dim_name
 from graphcost.passes import _osi_rules
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -178,16 +179,6 @@ def _external_constant(n: onnx.NodeProto) -> onnx.TensorProto | None:
     return None
 
 
-def _name_anonymous_input_dims(graph: onnx.GraphProto) -> None:
-    """Name each graph input's unnamed dim as ``graphcost.graph`` does (``unk__<input>_<axis>``), so the
-    engine carries that name instead of minting one."""
-    for vi in graph.input:
-        for shape in type_shapes(vi.type):
-            for axis, d in enumerate(shape.dim):
-                if not d.HasField("dim_value") and not d.HasField("dim_param"):
-                    d.dim_param = _unknown_name(vi.name, axis)
-
-
 def _numel(dims: Iterable[int]) -> int:
     n = 1
     for d in dims:
@@ -250,7 +241,7 @@ def symbolic_infer(model: onnx.ModelProto, base_dir: str | None, *, constraints:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     renamed = plain_dim_names(copy)
-    _name_anonymous_input_dims(copy.graph)
+    name_anonymous_input_dims(copy.graph)
     _external_constants_to_initializers(copy)
     note: str | None = None
     try:
@@ -319,7 +310,7 @@ def name_minted_dims(types: TypeTable, order: Iterable[str], graph: onnx.GraphPr
                 for sym in sorted(free_names(parse_dim(d.dim_param))):
                     if sym in rename or sym in model_names or not _MINTED.fullmatch(sym):
                         continue
-                    new = _unknown_name(name, axis)
+                    new = unknown_dim_name(name, axis)
                     while new in taken:
                         new += "_"
                     taken.add(new)
@@ -344,11 +335,6 @@ def name_minted_dims(types: TypeTable, order: Iterable[str], graph: onnx.GraphPr
 
 def _maybe_minted(text: str) -> bool:
     return "unk__" in text or "_d" in text
-
-
-def _unknown_name(tensor: str, axis: int) -> str:
-    safe = "".join(c if c.isalnum() else "_" for c in tensor).strip("_") or "t"
-    return f"unk__{safe}_{axis}"
 
 
 def model_dim_names(graph: onnx.GraphProto) -> frozenset[str]:

@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 
 from graphcost._dims import Dim, free_names, parse_dim, to_text
-from graphcost.graph import Graph, graph_protos
+from graphcost.graph import Graph, graph_protos, name_anonymous_input_dims, unknown_dim_name
 from graphcost.load import Model, opset_lookup
 from graphcost.passes import _contrib_shapes, _datadep, _engines
 from graphcost.passes import specialize as _specialize
@@ -340,7 +340,7 @@ def _type_of(name: str, shape: _contrib_shapes.TShape) -> onnx.TypeProto:
             if isinstance(d, int):
                 dim.dim_value = d
             else:
-                dim.dim_param = d if isinstance(d, str) else _unknown_name(name, i)
+                dim.dim_param = d if isinstance(d, str) else unknown_dim_name(name, i)
     return t
 
 
@@ -445,13 +445,8 @@ def _seed_guarded(model: onnx.ModelProto, typed: TypeTable, dep: _datadep.DataDe
         if rank is not None:
             vi.type.tensor_type.shape.SetInParent()
             for i in range(rank):
-                vi.type.tensor_type.shape.dim.add().dim_param = _unknown_name(name, i)
+                vi.type.tensor_type.shape.dim.add().dim_param = unknown_dim_name(name, i)
     return out
-
-
-def _unknown_name(tensor: str, axis: int) -> str:
-    safe = "".join(c if c.isalnum() else "_" for c in tensor).strip("_") or "t"
-    return f"unk__{safe}_{axis}"
 
 
 # ---------------------------------------------------------------------------- type tables
@@ -488,9 +483,11 @@ def _collect_types(graph: onnx.GraphProto) -> TypeTable:
 
 
 def strip_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy without stored intermediate shapes and with output shapes cleared (dtype kept)."""
+    """A copy without stored intermediate shapes and with output shapes cleared (dtype kept), each anonymous
+    input dim named (``graph.name_anonymous_input_dims``: ``?`` dims stay apart)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    name_anonymous_input_dims(out.graph)
     for g in _walk_graphs(out.graph):
         del g.value_info[:]
         for vi in g.output:

@@ -21,6 +21,7 @@ import sympy
 
 import graphcost
 from graphcost._dims import parse_dim, symbol
+from graphcost.analysis import Analysis
 from graphcost.load import load
 from graphcost.passes import _engines, shapes
 
@@ -122,6 +123,28 @@ def test_engine_text_parses_through_our_grammar() -> None:
     assert parse_dim("floor(height/2 - 1/2) + 1") == sympy.floor((h - 1) / 2) + 1  # the engine's spelling
 
 
+@pytest.mark.parametrize("spell", ["?", "", -1])
+def test_anonymous_input_dims_stay_apart(spell: str | int) -> None:
+    """``?`` (as older paddle2onnx stores an unnamed dim), an empty name and ``-1`` are each their own unknown,
+    named after the input and axis: read as one shared name, ``?`` made batch, height and width one dim."""
+    m = _model(STRIDED)
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    for i in (0, 2, 3):
+        if isinstance(spell, int):
+            dims[i].dim_value = spell
+        else:
+            dims[i].dim_param = spell
+    r = graphcost.analyze(m, fusion=False, memory=False, batchnorm=False)
+    n, h, w = sympy.symbols("unk__x_0 unk__x_2 unk__x_3")  # as the formula text reads back
+    assert tuple(Analysis.of(m).input_dims) == ("unk__x_0", "unk__x_2", "unk__x_3")
+    out_h, out_w = sympy.floor((h - 1) / 2) + 1, sympy.floor((w - 1) / 2) + 1  # (H + 2 − 3) / 2 + 1, floored
+    macs = n * 4 * out_h * out_w * 3 * 3 * 3  # N·Cout·H'·W' outputs × Cin·kh·kw
+    assert sympy.expand(sympy.sympify(r.totals.formulas["macs"]) - macs) == 0
+    bound = graphcost.analyze(m, dims={"unk__x_0": 2, "unk__x_2": 8, "unk__x_3": 6}, fusion=False, memory=False,
+                              batchnorm=False)
+    assert bound.totals.macs == 2 * 4 * 4 * 3 * 27  # N=2 · Cout=4 · H'=4 · W'=3 · 27
+
+
 def test_dim_text_outside_the_grammar_stays_a_symbol_inside_formulas(tmp_path: Path) -> None:
     """paddle2onnx 2.1 names dynamic dims ``DynamicDimension.0``...: the engine sees them renamed, and what it
     writes from them must come back as a formula in graphcost's symbol for that text, not as one opaque name for
@@ -132,8 +155,8 @@ def test_dim_text_outside_the_grammar_stays_a_symbol_inside_formulas(tmp_path: P
     path = tmp_path / "m.onnx"
     onnx.save(m, str(path))
     r = shapes.infer_shapes(load(str(path)))
-    n, h, w = parse_dim("DynamicDimension.0"), parse_dim("DynamicDimension.1"), parse_dim("?")
-    assert (str(n), str(h), str(w)) == ("DynamicDimension_0", "DynamicDimension_1", "_")  # the opaque symbols
+    n, h, w = parse_dim("DynamicDimension.0"), parse_dim("DynamicDimension.1"), symbol("unk__x_3")
+    assert (str(n), str(h)) == ("DynamicDimension_0", "DynamicDimension_1")  # the opaque symbols; ? is anonymous
     conv_h = sympy.floor((h - 1) / 2) + 1  # (height + 2·pad − kernel) / stride + 1, floored
     conv_w = sympy.floor((w - 1) / 2) + 1
     assert _shape(r, "y") == (n, 4, 2 * conv_h, 2 * conv_w)  # Resize ×2, typed by the symbolic engine
