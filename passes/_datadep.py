@@ -120,3 +120,48 @@ def _is_data(tensor: str, sources: set[str], producer: dict[str, onnx.NodeProto]
         memo[t] = any(memo.get(i, False) for i in node.input if i)
         stack.pop()
     return memo[tensor]
+
+
+def without_tainted(model: onnx.ModelProto, dep: DataDependence) -> onnx.ModelProto:
+    """A copy without the top-level nodes any of whose outputs is tainted (and without tainted graph outputs).
+
+    For the symbolic engines: their types for tainted values are thrown away anyway, and reasoning about
+    value-dependent sizes is where they spend their time (a Faster R-CNN export: minutes of sympy in Slice
+    and Min rules after NonMaxSuppression and TopK, in onnxruntime's engine and onnx-shape-inference
+    alike). The tainted values keep onnx's inference, which propagates the named unknown dims. Nodes inside
+    subgraphs are kept whole with their top-level node. The input is never changed."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    if not dep.tainted:
+        return out
+    g = out.graph
+    gone = set(dep.tainted)
+    kept: list[onnx.NodeProto] = []
+    for n in g.node:  # graph order: a node reading a dropped value (a subgraph's outer read too) goes as well
+        if any(o in gone for o in n.output if o) or any(i in gone for i in _reads(n)):
+            gone.update(o for o in n.output if o)
+        else:
+            kept.append(n)
+    del g.node[:]
+    g.node.extend(kept)
+    outputs = [vi for vi in g.output if vi.name not in gone]
+    del g.output[:]
+    g.output.extend(outputs)
+    infos = [vi for vi in g.value_info if vi.name not in gone]
+    del g.value_info[:]
+    g.value_info.extend(infos)
+    return out
+
+
+def _reads(node: onnx.NodeProto) -> list[str]:
+    """The names a node reads: its inputs and what its subgraphs' nodes read (outer-scope reads included)."""
+    out = [i for i in node.input if i]
+    graphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    graphs += [sub for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs]
+    while graphs:
+        g = graphs.pop()
+        for inner in g.node:
+            out.extend(i for i in inner.input if i)
+            graphs.extend(a.g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPH)
+            graphs.extend(sub for a in inner.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs)
+    return out

@@ -122,17 +122,21 @@ def _infer_shapes(
     notes: list[ShapeWarning] = []
     names = _tensor_names(stripped.graph)  # the same nodes in every copy of the model
     known = _input_dim_names(stripped.graph)
-    stripped, inferred, typed, used = _symbolic_turns(stripped, inferred, typed, names, known, model.base_dir, dep,
-                                                      notes)
-    if used:
-        engines.append("onnx-shape-inference")
-    stripped, inferred, typed, more = _contrib_rounds(stripped, inferred, typed, complete_only=False)
-    seeded = seeded or more
-    if _unresolved(inferred.graph, typed, names):
+    # the engines never decide a value-dependent shape (dep.tainted): those do not keep them running
+    open_names = [n for n in names if n not in dep.tainted]
+    # specialize first: on a static graph every shape-computing subgraph folds exactly, and the symbolic
+    # engine then reasons only about what is left (Faster R-CNN: minutes of sympy otherwise)
+    if _unresolved(inferred.graph, typed, names):  # all names: given input values decide value-dependent shapes
         typed, specialized = _specialize_rounds(stripped, typed, names, known, model.base_dir, dep, input_values,
                                                 notes)
         if specialized:
             engines.append("specialize")
+    stripped, inferred, typed, used = _symbolic_turns(stripped, inferred, typed, open_names, known, model.base_dir,
+                                                      dep, notes)
+    if used:
+        engines.append("onnx-shape-inference")
+    stripped, inferred, typed, more = _contrib_rounds(stripped, inferred, typed, complete_only=False)
+    seeded = seeded or more
     if seeded:
         engines.append("graphcost-contrib")
 
@@ -197,7 +201,7 @@ def _symbolic_turns(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
 def _engine_types(stripped: onnx.ModelProto, base_dir: str | None, dep: _datadep.DataDependence, typed: TypeTable,
                   known: frozenset[str], notes: list[ShapeWarning], *, constraints: bool) -> TypeTable:
     """``typed`` with what one onnx-shape-inference run says better (never a value-dependent shape)."""
-    run = _engines.symbolic_infer(stripped, base_dir, constraints=constraints)
+    run = _engines.symbolic_infer(_datadep.without_tainted(stripped, dep), base_dir, constraints=constraints)
     if run.note is not None and run.note not in {n.message for n in notes}:
         notes.append(ShapeWarning(None, run.note))
     sym = run.types

@@ -25,15 +25,26 @@ What the returned model looks like (a new proto; the input is never changed):
   keep their names unless one clashes with a name of the rest of the model (then ``<name>__<if>``), and
   each If output becomes the branch's value of that name (or an Identity of it, when the branch returns an
   outer value or returns one value twice). Shapes and costs then follow one branch;
+- a ``Loop`` whose trip count is known (and small), whose condition stays true and which has no scan
+  outputs is replaced by its body once per iteration (``torch.tensor_split`` exports as such a Loop of
+  SequenceInserts: MViT's class token), and a ``SequenceAt`` at a known position of a sequence whose
+  elements are known becomes an Identity of that element; only when folding (:func:`specialize`);
+- every value of an evaluated and dropped node is stated as value_info with its exact type: the model
+  being costed still computes it, and the folded copy no longer does;
 - all other nodes keep their names, order and attributes. Subgraphs are swept the same way, with the
   values of the enclosing scopes known (a body's own inputs are not).
 
-One call is one sweep in graph order. New static shapes appear only after the next inference, so the
-caller alternates ``infer → specialize → infer`` (:func:`specialize_fully` does it with onnx's inference).
+One call is one sweep in graph order. Within it, a node that is not evaluated still gets static output
+shapes by onnx's own rule for its op (``onnx.shape_inference.infer_node_outputs``) from the static shapes
+and known values of its inputs, so a Swin stage's Pad, once its amounts are known, makes the next stage's
+``Shape`` evaluable in the same sweep (the static torchvision exports resolve in one sweep). Ops no rule
+types (other domains) still need the engine's next inference, so the caller alternates
+``infer → specialize → infer`` (:func:`specialize_fully` does it with onnx's inference).
 
-Bounds: no tensor over ``_shape_eval.MAX_ELEMENTS`` elements is read or made, and one call evaluates at
-most :data:`TOTAL_ELEMENTS` elements in all (later nodes stay as they are). Everything walks lists in
-graph order, so the same input gives the same output bytes.
+Bounds: no tensor over ``_shape_eval.MAX_ELEMENTS`` elements is read or made, one call evaluates at
+most :data:`TOTAL_ELEMENTS` elements in all (later nodes stay as they are), a Loop is unrolled only up to
+:data:`UNROLL_TRIPS` iterations and one call writes at most :data:`UNROLL_NODES` unrolled body nodes.
+Everything walks lists in graph order, so the same input gives the same output bytes.
 """
 
 from __future__ import annotations
@@ -49,8 +60,8 @@ from graphcost.graph import graph_protos
 from graphcost.passes import _shape_eval
 from graphcost.passes._shape_eval import MAX_ELEMENTS, NotEvaluable
 
-__all__ = ["TOTAL_ELEMENTS", "Specialization", "onnx_types", "specialize", "specialize_for_costs",
-           "specialize_fully", "specialize_model"]
+__all__ = ["TOTAL_ELEMENTS", "UNROLL_NODES", "UNROLL_TRIPS", "Specialization", "onnx_types", "specialize",
+           "specialize_for_costs", "specialize_fully", "specialize_model"]
 
 TOTAL_ELEMENTS = 1_000_000
 """Most elements one sweep evaluates in all (outputs summed)."""
@@ -60,6 +71,11 @@ _PLUMBING = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.Tens
 _SCALARS = 8
 """Stored tensors of other types are known values up to this many elements (weights are larger)."""
 _CONTROL = ("If", "Loop", "Scan", "SequenceMap")
+_SEQUENCE_OPS = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceAt", "Identity"})
+UNROLL_TRIPS = 64
+"""Most iterations of one Loop that a sweep unrolls."""
+UNROLL_NODES = 20_000
+"""Most body nodes (trips × body size) one sweep writes out by unrolling, all Loops together."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,8 @@ class Specialization:
     """Names of the nodes evaluated and dropped (their values are initializers now)."""
     branches: tuple[tuple[str, str], ...]
     """(If node, branch label) for each If replaced by its taken branch."""
+    unrolled: tuple[str, ...] = ()
+    """Loops replaced by their unrolled bodies (known trip count, condition always true)."""
 
 
 def specialize(proto: onnx.ModelProto, *, input_values: Mapping[str, np.ndarray] | None = None,
@@ -97,7 +115,8 @@ def specialize_model(proto: onnx.ModelProto, *, input_values: Mapping[str, np.nd
     opset = next((int(o.version) for o in out.opset_import if o.domain in _DEFAULT), 1)
     values = _checked_values(out.graph, input_values or {})
     sweep = _Sweep(opset=opset, types=types or {}, fold=fold, names=_all_names(out.graph),
-                   defined=_definitions(out.graph))
+                   defined=_definitions(out.graph), elems=_elem_types(out.graph, types or {}),
+                   opsets=list(out.opset_import), ir_version=int(out.ir_version) or onnx.IR_VERSION)
     g = out.graph
     known: dict[str, np.ndarray] = {}
     shapes: dict[str, tuple[int, ...]] = {}
@@ -113,7 +132,7 @@ def specialize_model(proto: onnx.ModelProto, *, input_values: Mapping[str, np.nd
     if fold and values:
         _fix_inputs(g, values)
     sweep.graph(g, known, shapes, body=False)
-    return Specialization(out, tuple(fixed), tuple(sweep.folded), tuple(sweep.branches))
+    return Specialization(out, tuple(fixed), tuple(sweep.folded), tuple(sweep.branches), tuple(sweep.unrolled))
 
 
 def specialize_fully(proto: onnx.ModelProto, *, input_values: Mapping[str, np.ndarray] | None = None,
@@ -156,12 +175,19 @@ class _Sweep:
     """Every value and node name of the model: fresh names avoid these."""
     defined: Counter[str]
     """How often each value name is defined (node output, initializer, graph input) in the whole model."""
+    elems: dict[str, int]
+    """Element type of each tensor value known so far (a name is one tensor, whatever the scope)."""
+    opsets: list[onnx.OperatorSetIdProto]
+    ir_version: int
     budget: int = TOTAL_ELEMENTS
+    unroll_budget: int = UNROLL_NODES
     folded: list[str] = field(default_factory=list)
     branches: list[tuple[str, str]] = field(default_factory=list)
+    unrolled: list[str] = field(default_factory=list)
 
     def graph(self, g: onnx.GraphProto, outer: Mapping[str, np.ndarray],
-              outer_shapes: Mapping[str, tuple[int, ...]], *, body: bool) -> None:
+              outer_shapes: Mapping[str, tuple[int, ...]], *, body: bool,
+              outer_seqs: Mapping[str, list[str]] | None = None) -> None:
         """Sweep one graph in place (``g`` belongs to the copy being built)."""
         known = dict(outer)
         shapes = dict(outer_shapes)
@@ -178,28 +204,42 @@ class _Sweep:
         pending: list[tuple[onnx.NodeProto, int]] = [(n, k) for k, n in enumerate(g.node)]
         kept: list[onnx.NodeProto] = []
         evaluated: set[int] = set()  # positions in ``kept`` of evaluated nodes
+        seqs: dict[str, list[str]] = dict(outer_seqs or {})  # sequence value -> its elements' names
+        if body:
+            for vi in g.input:
+                seqs.pop(vi.name, None)
         while pending:
             node, index = pending.pop(0)
             if node.domain in _DEFAULT and node.op_type == "If":
                 branch = self._taken(node, known)
                 if branch is not None:
                     name = node.name or f"If_{index}"
-                    pending[:0] = [(n, index) for n in self._inline(g, node, branch, name)]
+                    pending[:0] = [(n, index) for n in self._inline(g, node, branch, name, known, shapes)]
+                    continue
+            if node.domain in _DEFAULT and node.op_type == "Loop" and self.fold:
+                unrolled = self._unroll(g, node, node.name or f"Loop_{index}", known, shapes)
+                if unrolled is not None:
+                    pending[:0] = [(n, index) for n in unrolled]
                     continue
             if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
                 for a in node.attribute:
                     for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                        self.graph(sub, known, shapes, body=True)
+                        self.graph(sub, known, shapes, body=True, outer_seqs=seqs)
                 kept.append(node)
                 continue
+            if node.domain in _DEFAULT and node.op_type in _SEQUENCE_OPS:
+                node = self._sequence(node, known, seqs)
             outs = self._evaluate(node, known, shapes)
             if outs is not None:
                 for name, arr in zip(node.output, outs, strict=False):
                     if name:
                         known[name] = arr
                         shapes[name] = arr.shape
+                        self.elems[name] = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
                 if node.op_type != "Constant":
                     evaluated.add(len(kept))
+            else:
+                self._infer_node(node, known, shapes)
             kept.append(node)
         if self.fold:
             kept = self._drop_evaluated(g, kept, evaluated, known)
@@ -263,6 +303,7 @@ class _Sweep:
                 existing.add(name)
         for k in sorted(drop):
             self.folded.append(kept[k].name or f"{kept[k].op_type}:{kept[k].output[0]}")
+        _state_types(g, [name for name in dropped_values if name in known], known)
         return remaining
 
     # ------------------------------------------------------------------------ If with a known condition
@@ -275,7 +316,8 @@ class _Sweep:
         label = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
         return label if any(a.name == label and a.type == onnx.AttributeProto.GRAPH for a in node.attribute) else None
 
-    def _inline(self, g: onnx.GraphProto, node: onnx.NodeProto, label: str, if_name: str) -> list[onnx.NodeProto]:
+    def _inline(self, g: onnx.GraphProto, node: onnx.NodeProto, label: str, if_name: str,
+                known: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> list[onnx.NodeProto]:
         """The taken branch's nodes, renamed for the parent; its initializers move to ``g``."""
         branch = next(a.g for a in node.attribute if a.name == label)
         self.branches.append((if_name, label))
@@ -304,7 +346,7 @@ class _Sweep:
             moved = onnx.TensorProto()
             moved.CopyFrom(t)
             moved.name = rename.get(t.name, t.name)
-            g.initializer.append(moved)
+            self._add_initializer(g, moved, known, shapes)
         prefix = f"{if_name}/{label}/"
         nodes: list[onnx.NodeProto] = []
         for j, n in enumerate(branch.node):
@@ -316,6 +358,154 @@ class _Sweep:
         for k, (src, target) in enumerate(identities):
             nodes.append(onnx.helper.make_node("Identity", [rename.get(src, src)], [target],
                                                name=f"{prefix}output_{k}"))
+        return nodes
+
+    def _add_initializer(self, g: onnx.GraphProto, t: onnx.TensorProto, known: dict[str, np.ndarray],
+                         shapes: dict[str, tuple[int, ...]]) -> None:
+        """Add ``t`` to ``g`` and make it known to the rest of this sweep (inlined branches, unrolled bodies)."""
+        g.initializer.append(t)
+        shapes[t.name] = tuple(int(d) for d in t.dims)
+        self.elems[t.name] = int(t.data_type)
+        arr = _inline_value(t)
+        if arr is not None:
+            known[t.name] = arr
+
+    # ------------------------------------------------------------------------ static shapes within one sweep
+    def _infer_node(self, node: onnx.NodeProto, known: Mapping[str, np.ndarray],
+                    shapes: dict[str, tuple[int, ...]]) -> None:
+        """Static output shapes of a node that is not evaluated, by onnx's own rule for the op, from the
+        static shapes and known values of its inputs (so a ``Shape`` further on evaluates in this sweep,
+        not after the next whole-model inference: a Swin stage's Pad feeds the next stage's Pad amounts).
+
+        Only for default-domain ops without subgraphs whose every input has a static shape and a known
+        element type; outputs already static in ``types`` are not asked again. A rule that fails or
+        leaves a dim open simply adds nothing."""
+        if node.domain not in _DEFAULT or not node.output:
+            return
+        if all(o in shapes or _static_shape(self.types.get(o)) is not None for o in node.output if o):
+            for o in node.output:
+                if o and o not in shapes:
+                    declared = self.types[o]
+                    shapes[o] = _static_shape(declared) or ()
+                    self.elems.setdefault(o, declared.tensor_type.elem_type)
+            return
+        input_types: dict[str, onnx.TypeProto] = {}
+        input_data: dict[str, onnx.TensorProto] = {}
+        for name in node.input:
+            if not name:
+                continue
+            shape = shapes.get(name)
+            if shape is None:
+                shape = _static_shape(self.types.get(name))
+            elem = self.elems.get(name)
+            if shape is None or not elem:
+                return
+            input_types[name] = onnx.helper.make_tensor_type_proto(elem, shape)
+            if name in known:
+                input_data[name] = onnx.numpy_helper.from_array(known[name], name)
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.opset, "")
+            out = onnx.shape_inference.infer_node_outputs(schema, node, input_types, input_data,
+                                                          opset_imports=self.opsets, ir_version=self.ir_version)
+        except Exception:  # no schema, or the op's rule refused these inputs: nothing learned
+            return
+        for name in node.output:
+            t = out.get(name)
+            shape = _static_shape(t)
+            if t is None or shape is None or name in shapes:
+                continue
+            shapes[name] = shape
+            self.elems[name] = t.tensor_type.elem_type
+
+    # ------------------------------------------------------------------------ sequences of known elements
+    def _sequence(self, node: onnx.NodeProto, known: Mapping[str, np.ndarray],
+                  seqs: dict[str, list[str]]) -> onnx.NodeProto:
+        """Track which tensors a sequence holds; a ``SequenceAt`` of a tracked sequence at a known position
+        becomes an ``Identity`` of that element (when folding), so its shape is the element's.
+
+        ``torch.tensor_split`` exports as SequenceEmpty → Loop(SequenceInsert of Slices) → SequenceAt;
+        once the Loop is unrolled every element is a named tensor."""
+        op = node.op_type
+        out = node.output[0] if node.output else ""
+        ins = list(node.input)
+        if op == "SequenceEmpty" and out:
+            seqs[out] = []
+        elif op == "SequenceConstruct" and out and all(ins):
+            seqs[out] = ins
+        elif op == "Identity" and out and ins and ins[0] in seqs:
+            seqs[out] = list(seqs[ins[0]])
+        elif op == "SequenceInsert" and out and len(ins) >= 2 and ins[0] in seqs and ins[1]:
+            items = list(seqs[ins[0]])
+            pos = _position(known, ins[2], len(items), insert=True) if len(ins) > 2 and ins[2] else len(items)
+            if pos is not None:
+                seqs[out] = [*items[:pos], ins[1], *items[pos:]]
+        elif op == "SequenceAt" and out and len(ins) == 2 and ins[0] in seqs and self.fold:
+            items = seqs[ins[0]]
+            pos = _position(known, ins[1], len(items), insert=False)
+            if pos is not None:
+                return onnx.helper.make_node("Identity", [items[pos]], [out], name=node.name)
+        return node
+
+    # ------------------------------------------------------------------------ Loop with a known trip count
+    def _unroll(self, g: onnx.GraphProto, node: onnx.NodeProto, loop_name: str, known: dict[str, np.ndarray],
+                shapes: dict[str, tuple[int, ...]]) -> list[onnx.NodeProto] | None:
+        """The body's nodes once per iteration, or None when the Loop is not unrolled.
+
+        Unrolled: a trip count known and at most :data:`UNROLL_TRIPS`, a condition input absent or known
+        true, a body that passes its condition through unchanged (or returns a constant true), no scan
+        outputs, and at most :data:`UNROLL_NODES` body nodes in one sweep. Iteration ``k``'s values are
+        named ``<name>__<loop>_<k>`` (with one iteration the body's names stay, unless they clash), the
+        iteration number is an initializer, and each Loop output is an Identity of the last carried value."""
+        body = next((a.g for a in node.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
+        if body is None or not node.input or node.input[0] not in known or known[node.input[0]].size != 1:
+            return None
+        trips = int(known[node.input[0]].reshape(-1)[0])
+        carried = list(node.input[2:])
+        if (len(body.input) != 2 + len(carried) or len(body.output) != 1 + len(carried)
+                or len(node.output) != len(carried) or not all(carried)):
+            return None
+        cond = node.input[1] if len(node.input) > 1 else ""
+        if cond and not (cond in known and known[cond].size == 1 and bool(known[cond].reshape(-1)[0])):
+            return None
+        size = trips * len(body.node)
+        if not 0 <= trips <= UNROLL_TRIPS or size > self.unroll_budget or not _keeps_going(body, known):
+            return None
+        self.unroll_budget -= size
+        self.unrolled.append(loop_name)
+        local = [o for n in body.node for o in n.output if o] + [t.name for t in body.initializer]
+        inside = _definitions(body)
+        nodes: list[onnx.NodeProto] = []
+        for k in range(trips):
+            rename = {vi.name: v for vi, v in zip(body.input[2:], carried, strict=True)}
+            counter = self._fresh(f"{loop_name}/iteration_{k}")
+            self.names.add(counter)
+            self._add_initializer(g, onnx.numpy_helper.from_array(np.array(k, dtype=np.int64), counter),
+                                  known, shapes)
+            rename[body.input[0].name] = counter
+            true = self._fresh(f"{loop_name}/cond_{k}")
+            self.names.add(true)
+            self._add_initializer(g, onnx.numpy_helper.from_array(np.array(True), true), known, shapes)
+            rename[body.input[1].name] = true
+            for name in local:
+                if trips > 1 or self.defined[name] > inside[name]:
+                    rename[name] = self._fresh(f"{name}__{loop_name}_{k}")
+                    self.names.add(rename[name])
+            self.defined.update(v for key, v in rename.items() if key in local)
+            for t in body.initializer:
+                moved = onnx.TensorProto()
+                moved.CopyFrom(t)
+                moved.name = rename.get(t.name, t.name)
+                self._add_initializer(g, moved, known, shapes)
+            for j, n in enumerate(body.node):
+                m = onnx.NodeProto()
+                m.CopyFrom(n)
+                m.name = f"{loop_name}/iteration_{k}/{n.name or f'{n.op_type}_{j}'}"
+                _rename_values(m, rename)
+                nodes.append(m)
+            carried = [rename.get(vi.name, vi.name) for vi in body.output[1:]]
+        for j, (src, target) in enumerate(zip(carried, node.output, strict=True)):
+            if target:
+                nodes.append(onnx.helper.make_node("Identity", [src], [target], name=f"{loop_name}/output_{j}"))
         return nodes
 
     def _fresh(self, base: str) -> str:
@@ -389,6 +579,66 @@ def _fix_inputs(g: onnx.GraphProto, values: Mapping[str, np.ndarray]) -> None:
     g.initializer.extend(inits)
     for name in sorted(values):
         g.initializer.append(onnx.numpy_helper.from_array(values[name], name))
+
+
+def _state_types(g: onnx.GraphProto, names: list[str], known: Mapping[str, np.ndarray]) -> None:
+    """Write each folded value's exact type as value_info: the model being costed still computes these
+    values (the folded copy only feeds types), and inference of the folded copy sees initializers or
+    nothing where they were, so it would state no type for them."""
+    stated = set(names)
+    kept = [vi for vi in g.value_info if vi.name not in stated]
+    del g.value_info[:]
+    g.value_info.extend(kept)
+    for name in names:
+        arr = known[name]
+        g.value_info.append(onnx.helper.make_tensor_value_info(
+            name, onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)))
+
+
+def _position(known: Mapping[str, np.ndarray], name: str, length: int, *, insert: bool) -> int | None:
+    """A known sequence position as a non-negative index, or None: ``[-n, n-1]`` for SequenceAt, and
+    ``[-n, n]`` for SequenceInsert (``n`` appends), as the ONNX spec says."""
+    arr = known.get(name)
+    if arr is None or arr.size != 1 or arr.dtype.kind not in "iu":
+        return None
+    pos = int(arr.reshape(-1)[0])
+    pos = pos + length if pos < 0 else pos
+    return pos if 0 <= pos < length + int(insert) else None
+
+
+def _keeps_going(body: onnx.GraphProto, known: Mapping[str, np.ndarray]) -> bool:
+    """Whether a Loop body's condition output is always true given a true condition input: the input
+    itself, or an Identity of it or of a known true outer value (torch's export), or a constant true."""
+    def true(name: str) -> bool:
+        return name == body.input[1].name or (name in known and known[name].size == 1
+                                              and bool(known[name].reshape(-1)[0]))
+
+    out = body.output[0].name
+    producer = next((n for n in body.node if out in n.output), None)
+    if producer is None:
+        return true(out) and out not in {vi.name for vi in body.input[2:]}
+    if producer.domain not in _DEFAULT:
+        return False
+    if producer.op_type == "Identity":
+        return len(producer.input) == 1 and true(producer.input[0])
+    if producer.op_type == "Constant":
+        value = _constant_value(producer)
+        return value is not None and value.size == 1 and bool(value.reshape(-1)[0])
+    return False
+
+
+def _elem_types(g: onnx.GraphProto, types: Mapping[str, onnx.TypeProto]) -> dict[str, int]:
+    """Element type of every tensor the model or ``types`` states one for."""
+    out: dict[str, int] = {name: t.tensor_type.elem_type for name, t in types.items()
+                           if t.HasField("tensor_type") and t.tensor_type.elem_type}
+    for sub in graph_protos(g):
+        for seq in (sub.input, sub.value_info, sub.output):
+            for vi in seq:
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                    out.setdefault(vi.name, vi.type.tensor_type.elem_type)
+        for t in sub.initializer:
+            out[t.name] = int(t.data_type)
+    return out
 
 
 def _static_shape(t: onnx.TypeProto | None) -> tuple[int, ...] | None:

@@ -78,7 +78,7 @@ def build(kind: str, name: str, exporter: str, out: Path) -> dict[str, Any]:
     Returns the child's facts (published ``ops``/``num_params`` for torchvision, ``builder`` for YOLO). Raises
     RuntimeError with the child's last stderr lines when the export fails.
     """
-    python = _yolo_python() if kind == "yolo" else sys.executable
+    python = {"yolo": _yolo_python, "torchvision": torchvision_python}.get(kind, lambda: sys.executable)()
     cmd = [python, str(Path(__file__).resolve()), kind, name, exporter, str(out)]
     env = {**os.environ, "YOLO_OFFLINE": "1", "PYTHONHASHSEED": "0"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False, env=env,
@@ -92,6 +92,32 @@ def build(kind: str, name: str, exporter: str, out: Path) -> dict[str, Any]:
         raise RuntimeError(f"export of {kind}/{name} ({exporter}) failed (exit {proc.returncode}): {tail}")
     facts: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return facts
+
+
+def torchvision_python() -> str:
+    """The interpreter that runs torchvision exports: ``GRAPHCOST_TV_PYTHON``, else the side venv ``.venv-tv`` at the
+    repo root (``.ci/torchvision.sh`` makes it: it sees the main venv's packages plus torchvision, which must stay
+    out of the main venv, where it breaks ``import transformers``), else this one."""
+    explicit = os.environ.get("GRAPHCOST_TV_PYTHON")
+    if explicit:
+        return explicit
+    venv = Path(__file__).resolve().parent.parent / ".venv-tv" / "bin" / "python"
+    return str(venv) if venv.is_file() else sys.executable
+
+
+def torchvision_missing() -> str | None:
+    """Why torchvision exports cannot run (None when they can): the export interpreter itself is asked to import
+    torchvision (with the CPU stand-ins), not the caller's process."""
+    python = torchvision_python()
+    try:
+        proc = subprocess.run([python, str(Path(__file__).resolve()), "probe", "torchvision", "-", "-"],
+                              capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{python}: {e}"
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-1:])
+        return f"{python} cannot import torchvision ({tail}); run .ci/torchvision.sh or set GRAPHCOST_TV_PYTHON"
+    return None
 
 
 def _yolo_python() -> str:
@@ -378,6 +404,9 @@ def _main(argv: list[str]) -> int:
         facts = export_torchvision(name, path, dynamo=exporter == "dynamo")
     elif kind == "yolo":
         facts = export_yolo(path)
+    elif kind == "probe":  # can this interpreter build torchvision models?
+        install_torchvision_cpu_ops()
+        facts = {}
     elif kind == "vad_if":
         export_vad_if(path)
         facts = {}

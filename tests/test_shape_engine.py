@@ -303,8 +303,16 @@ def test_rules_hold_on_the_first_engine_call_of_a_process(tmp_path: Path) -> Non
     assert macs == 64 * sympy.Symbol("batch") * sympy.Symbol("seq")  # batch · 2·seq rows · K=4 · N=8
 
 
-@pytest.mark.parametrize(("text", "runs"), [(STRIDED, [False]), (NONZERO, [False, True])],
-                         ids=["resolved-in-one-run", "open-after-the-turns"])
+# An op no engine knows: its output stays open after every turn, and nothing about it depends on run-time values
+# (a value-dependent dim such as NonZero's count no longer keeps the engine running at all).
+UNKNOWN_OP = '<ir_version: 8, opset_import: ["" : 17, "com.example" : 1]>' + """
+g (float[N] x) => (z) {
+   y = com.example.Mystery(x)
+   z = Relu(y) }"""
+
+
+@pytest.mark.parametrize(("text", "runs"), [(STRIDED, [False]), (UNKNOWN_OP, [False, True]), (NONZERO, [])],
+                         ids=["resolved-in-one-run", "open-after-the-turns", "only-value-dependent-dims-open"])
 def test_engine_constraint_pass_runs_only_where_dims_stay_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               text: str, runs: list[bool]) -> None:
     seen: list[bool] = []

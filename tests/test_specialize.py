@@ -327,34 +327,58 @@ def test_bad_input_values_are_refused_with_a_reason() -> None:
         specialize(model, input_values={"x": np.zeros((2, 64))})
 
 
-def test_specialize_fully_runs_rounds_until_nothing_changes() -> None:
-    # the second window partition reads the Shape of the first Reshape's output: static only after one round
-    model = onnx.parser.parse_model("""
-    <ir_version: 8, opset_import: ["" : 17]>
-    g (float[1,56,56,96] x) => (float[?,?,?] y) {
-      s = Shape(x)
-      i1 = Constant<value = int64[1] {1}>()
-      win = Constant<value = int64[1] {7}>()
-      h = Gather<axis=0>(s, i1)
-      hb = Mod(h, win)
-      hc = Add(hb, win)
-      m1 = Constant<value = int64[1] {-1}>()
-      t1 = Concat<axis=0>(m1, hc, hc)
-      r = Reshape(x, t1)
-      s2 = Shape(r)
-      i0 = Constant<value = int64[1] {0}>()
-      n = Gather<axis=0>(s2, i0)
-      k = Constant<value = int64[1] {1024}>()
-      n2 = Div(n, k)
-      t2 = Concat<axis=0>(n2, m1, hc)
-      y = Reshape(r, t2)
-    }
-    """)
+TWO_PARTITIONS = """
+<ir_version: 8, opset_import: ["" : 17, "com.example" : 1]>
+g (float[1,56,56,96] x) => (float[?,?,?] y) {
+  s = Shape(x)
+  i1 = Constant<value = int64[1] {1}>()
+  win = Constant<value = int64[1] {7}>()
+  h = Gather<axis=0>(s, i1)
+  hb = Mod(h, win)
+  hc = Add(hb, win)
+  m1 = Constant<value = int64[1] {-1}>()
+  t1 = Concat<axis=0>(m1, hc, hc)
+  r0 = Reshape(x, t1)
+  r = RELAY(r0)
+  s2 = Shape(r)
+  i0 = Constant<value = int64[1] {0}>()
+  n = Gather<axis=0>(s2, i0)
+  k = Constant<value = int64[1] {1024}>()
+  n2 = Div(n, k)
+  t2 = Concat<axis=0>(n2, m1, hc)
+  y = Reshape(r, t2)
+}
+"""
+# 56 % 7 + 7 = 7; r: 1·56·56·96 / (7·7) = 6144 rows; 6144 / 1024 = 6; y: 6 × (6144·49 / (6·7)) × 7
+TWO_PARTITIONS_Y = (6, 7168, 7)
+
+
+def test_one_sweep_carries_static_shapes_to_the_next_partition() -> None:
+    # the second window partition reads the Shape of the first Reshape's output: onnx's rule for that Reshape,
+    # applied in the sweep to the evaluated target, makes it static without another whole-model inference
+    model = onnx.parser.parse_model(TWO_PARTITIONS.replace("RELAY", "Identity"))
     one = specialize(model, types=_no_data_prop_types(model))
-    assert not _static(_plain_types(one)["y"])
-    full = specialize_fully(model, infer=_no_data_prop_types)
-    # 56 % 7 + 7 = 7; r: 1·56·56·96 / 49 = 6144 rows; 6144 / 1024 = 6; y: 6 × (6144·49 / (6·7)) × 7
-    assert _plain_types(full)["y"] == (6, 7168, 7)
+    assert _plain_types(one)["y"] == TWO_PARTITIONS_Y
+
+
+def test_specialize_fully_runs_rounds_until_nothing_changes() -> None:
+    # an op no default-domain rule knows (com.example.Relay) sits between: only the engine's next inference
+    # (here: the output takes its input's type) types it, so the second partition needs a second round
+    model = onnx.parser.parse_model(TWO_PARTITIONS.replace("RELAY", "com.example.Relay"))
+
+    def relay_types(m: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+        types = _no_data_prop_types(m)
+        if "r0" in types:
+            types["r"] = types["r0"]
+        return types
+
+    def target(m: onnx.ModelProto) -> list[int] | None:
+        t2 = next((t for t in m.graph.initializer if t.name == "t2"), None)
+        return None if t2 is None else onnx.numpy_helper.to_array(t2).tolist()
+
+    assert target(specialize(model, types=relay_types(model))) is None
+    # the second Reshape's target, folded: (6, -1, 7) with 6 = 6144 rows / 1024 and 7 = 56 % 7 + 7
+    assert target(specialize_fully(model, infer=relay_types)) == [6, -1, 7]
 
 
 def _no_data_prop_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -570,3 +594,97 @@ def test_weights_are_not_folded() -> None:
     result = specialize_model(model, types=onnx_types(model))
     assert result.folded == ()
     assert [n.op_type for n in result.model.graph.node] == ["Transpose", "Cast", "Constant", "Reshape", "MatMul"]
+
+
+# ---------------------------------------------------------------------------- Loop with a known trip count
+SPLIT_LOOP = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,197,96] x, float[96,96] w) => (float[1,96] cls, float[196,96] y) {
+  trips = Constant<value = int64 {TRIPS}>()
+  go = Constant<value = bool {1}>()
+  bounds = Constant<value = int64[2] {0, 1}>()
+  ax = Constant<value = int64[1] {1}>()
+  az = Constant<value = int64[1] {0}>()
+  empty = SequenceEmpty<dtype = 1>()
+  parts = Loop(trips, go, empty) <body = b (int64 i, bool c, seq(float) acc) => (bool c2, seq(float) acc2) {
+    one = Constant<value = int64 {1}>()
+    start = Gather<axis=0>(bounds, i)
+    i1 = Add(i, one)
+    stop = Gather<axis=0>(bounds, i1)
+    s1 = Unsqueeze(start, az)
+    e1 = Unsqueeze(stop, az)
+    piece = Slice(x, s1, e1, ax)
+    acc2 = SequenceInsert(acc, piece)
+    c2 = Identity(go)
+  }>
+  big = Constant<value = int64[1] {197}>()
+  rest = Slice(x, ax, big, ax)
+  all = SequenceInsert(parts, rest)
+  k0 = Constant<value = int64 {0}>()
+  k1 = Constant<value = int64 {-1}>()
+  head = SequenceAt(all, k0)
+  tail = SequenceAt(all, k1)
+  c0 = Squeeze(head, az)
+  cls = MatMul(c0, w)
+  t0 = Squeeze(tail, az)
+  y = MatMul(t0, w)
+}
+"""
+"""``torch.tensor_split(x, [1], dim=1)`` as the legacy exporter writes it (MViT's class token): a Loop inserting
+Slices into a sequence, one more Slice inserted after it, then SequenceAt picks the pieces."""
+
+
+def test_loop_with_a_known_trip_count_is_unrolled_and_sequence_at_resolves() -> None:
+    model = onnx.parser.parse_model(SPLIT_LOOP.replace("TRIPS", "1"))
+    assert not _static(_plain_types(model).get("c0"))
+    spec = specialize_model(model, types=_no_data_prop_types(model))
+    assert spec.unrolled == ("Loop_6",)  # the Loop is the graph's 7th node and has no name
+    types = _plain_types(spec.model)
+    assert types["c0"] == (1, 96)  # piece 0 is x[:, 0:1, :] = 1×1×96, squeezed on axis 0
+    assert types["t0"] == (196, 96)  # the rest, x[:, 1:197, :] = 1×196×96, squeezed on axis 0
+    assert types["piece"] == (1, 1, 96)  # one iteration: the body's values keep their names
+    onnx.checker.check_model(spec.model)
+
+
+def test_loop_iterations_get_their_own_names() -> None:
+    # tensor_split(x, [1, 5], dim=1): two iterations, then the rest from 5
+    text = (SPLIT_LOOP.replace("TRIPS", "2").replace("int64[2] {0, 1}", "int64[3] {0, 1, 5}")
+            .replace("Slice(x, ax, big, ax)", "Slice(x, five, big, ax)")
+            .replace("big = Constant", "five = Constant<value = int64[1] {5}>()\n  big = Constant"))
+    model = onnx.parser.parse_model(text)
+    spec = specialize_model(model, types=_no_data_prop_types(model))
+    assert spec.unrolled == ("Loop_6",)
+    types = _plain_types(spec.model)
+    assert types["piece__Loop_6_0"] == (1, 1, 96)  # x[:, 0:1]
+    assert types["piece__Loop_6_1"] == (1, 4, 96)  # x[:, 1:5]
+    assert types["c0"] == (1, 96) and types["t0"] == (192, 96)  # head: piece 0; tail: x[:, 5:197]
+    assert "piece" not in types  # the body's own name is no value of the unrolled model
+
+
+@pytest.mark.parametrize("change", ["trips_unknown", "too_many", "cond_from_body"])
+def test_loop_not_unrolled_when_its_iterations_are_not_known(change: str) -> None:
+    from graphcost.passes.specialize import UNROLL_TRIPS
+
+    text = SPLIT_LOOP.replace("TRIPS", "1")
+    if change == "trips_unknown":  # the trip count is a graph input: varies at run time
+        text = text.replace("(float[1,197,96] x,", "(int64 trips, float[1,197,96] x,").replace(
+            "  trips = Constant<value = int64 {1}>()\n", "")
+    elif change == "too_many":
+        text = text.replace("int64 {1}>()\n  go", f"int64 {{{UNROLL_TRIPS + 1}}}>()\n  go")
+    else:  # the body computes its own condition: it may stop early
+        text = text.replace("c2 = Identity(go)", "c2 = Less(i, one)")
+    model = onnx.parser.parse_model(text)
+    spec = specialize_model(model, types=_no_data_prop_types(model))
+    assert spec.unrolled == ()
+    assert any(n.op_type == "Loop" for n in spec.model.graph.node)
+
+
+def test_folded_values_keep_their_exact_types() -> None:
+    # the costed model still computes the Shape → Gather → Concat chain that the folded copy dropped: the copy
+    # states their types as value_info, so inference of the copy types every value of the original
+    model = onnx.parser.parse_model(TWO_PARTITIONS.replace("RELAY", "Identity"))
+    out = specialize(model, types=_no_data_prop_types(model))
+    stated = {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for vi in out.graph.value_info}
+    assert stated["s"] == (4,)  # Shape of the rank-4 x
+    assert stated["h"] == (1,) and stated["t1"] == (3,)  # one gathered dim; the 3-entry Reshape target
+    assert stated["s2"] == (3,)  # Shape of the rank-3 r
