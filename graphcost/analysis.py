@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 
 from graphcost._dims import Dim, free_names
-from graphcost.binding import Binding, check_names, defaults_break, sizes_the_model_states
+from graphcost.binding import Binding, check_names, defaults_break, dim_keys, sizes_the_model_states
 from graphcost.graph import Graph
 from graphcost.load import Model, load
 from graphcost.passes.costs import CostResult, count_costs
@@ -134,7 +134,7 @@ class Analysis:
             raise_refusals(checked, m.path)
         values = input_arrays(m.proto, values_given)
         m = _specialized(m, values)
-        given = dict(dims or {})
+        given = dim_keys(dims)  # the model's own spelling of a dim binds it too (DynamicDimension.0)
         with stage("shapes"):
             shapes = infer_shapes(m, input_shapes=shapes_given or None, dims=given or None, input_values=values or None)
         graph = shapes.graph
@@ -280,7 +280,7 @@ def check_dims(dims: Mapping[str, int], analyses: Sequence[Analysis]) -> None:
     """Refuse a dim none of ``analyses`` has (``diff``: each model ignores the dims it lacks, but a dim neither
     has is a typo)."""
     known = set().union(*(a.dims for a in analyses)) if analyses else set()
-    check_names(dims, known, owner="models A and B" if len(analyses) > 1 else "the model")
+    check_names(dim_keys(dims), known, owner="models A and B" if len(analyses) > 1 else "the model")
 
 
 __all__ = ["Analysis", "PassError", "all_dims", "check_dims", "input_arrays", "stage"]

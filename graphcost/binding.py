@@ -30,6 +30,8 @@ from typing import Any
 
 import onnx
 
+from graphcost._dims import parse_dim, to_text
+from graphcost._sym import sympy
 from graphcost.graph import anonymous_dim
 from graphcost.passes.shapes import bind_inputs, strip_shapes
 
@@ -67,6 +69,19 @@ class UnboundDims(ValueError):
         if len(self.names) == 1:
             return f"dim {self.names[0]} is not bound"
         return f"dims {', '.join(self.names)} are not bound"
+
+
+def dim_key(name: str) -> str:
+    """The name a caller's dim binds: a dim as the model spells it (``DynamicDimension.0``, paddle2onnx's) is the
+    symbol graphcost reads it as (``DynamicDimension_0``), so both spellings bind it; anything that does not read
+    as one plain name stays as given (and is refused by :func:`check_names` if the model lacks it)."""
+    d = parse_dim(name)
+    return to_text(d) if isinstance(d, sympy.Symbol) else name
+
+
+def dim_keys(dims: Mapping[str, int] | None) -> dict[str, int]:
+    """``dims`` with each name through :func:`dim_key` (the caller's order kept)."""
+    return {dim_key(k): v for k, v in (dims or {}).items()}
 
 
 def check_names(dims: Mapping[str, int], known: Iterable[str], *, owner: str = "the model") -> None:
@@ -241,4 +256,4 @@ def _strict_error(proto: onnx.ModelProto, values: Mapping[str, int]) -> str | No
 
 
 __all__ = ["DEFAULT_DIM_VALUE", "Binding", "UnboundDims", "UnknownDim", "check_names", "defaults_break",
-           "run_failed", "sizes_the_model_states"]
+           "dim_key", "dim_keys", "run_failed", "sizes_the_model_states"]

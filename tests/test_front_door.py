@@ -25,6 +25,7 @@ import pytest
 from onnx import numpy_helper
 
 from graphcost.analysis import Analysis
+from graphcost.api import analyze
 from graphcost.binding import DEFAULT_DIM_VALUE, Binding, UnboundDims, UnknownDim
 from graphcost.cli import main
 
@@ -293,3 +294,13 @@ def test_input_value_takes_one_branch_keeps_the_inputs_and_says_so(tmp_path: Pat
     fixed = [w["message"] for w in report["warnings"] if "--input-value" in w["message"]]
     assert fixed == ([f"inputs fixed (--input-value): {flags[1]}; shapes and If branches follow these values"]
                      if flags else [])
+
+
+def test_a_dim_binds_by_the_models_own_spelling_too() -> None:
+    """paddle2onnx names dims ``DynamicDimension.0``; graphcost reads that as ``DynamicDimension_0``: both bind it."""
+    m = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+agraph (float[n,4] x, float[4,3] w) => (y) { y = MatMul(x, w) }""")
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "DynamicDimension.0"
+    as_written = analyze(m, dims={"DynamicDimension.0": 5}, fusion=False, memory=False, batchnorm=False)
+    as_read = analyze(m, dims={"DynamicDimension_0": 5}, fusion=False, memory=False, batchnorm=False)
+    assert as_written.totals.macs == as_read.totals.macs == 5 * 4 * 3  # n · K · N
