@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
 import re
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -329,8 +330,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
         write_output(args.output, convention_text(report, args.as_convention, args.format))
         return EXIT_OK
+    text: str | Iterable[str]
     if args.format == "json":
-        text = report.to_json() + "\n"
+        text = itertools.chain(report.json_chunks(), ("\n",))  # streamed: a 100k-node report is never one string
     elif args.format == "csv":
         text = report.to_csv()
     elif args.format == "html":
@@ -343,8 +345,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def write_output(output: str | None, text: str) -> None:
-    """A report to ``--output FILE`` (one-line error when it cannot be written) or to stdout.
+def write_output(output: str | None, text: str | Iterable[str]) -> None:
+    """A report (one string, or its pieces in order) to ``--output FILE`` (one-line error when it cannot be
+    written) or to stdout.
 
     The file is written atomically: a temporary file beside the target (the symlink's target when FILE is a
     symlink), then ``os.replace``, so a failed run never leaves a truncated report, a hard link to FILE keeps its
@@ -352,8 +355,9 @@ def write_output(output: str | None, text: str) -> None:
     place). Callers check FILE against their inputs first (``graphcost._outpath.guard``), before they run
     anything.
     """
+    pieces = (text,) if isinstance(text, str) else text
     if not output:
-        sys.stdout.write(text)
+        sys.stdout.writelines(pieces)
         return
     import tempfile
 
@@ -368,7 +372,7 @@ def write_output(output: str | None, text: str) -> None:
     if st is not None and stat.S_ISCHR(st.st_mode):  # -o /dev/null, a terminal: written in place, never replaced
         try:
             with open(target, "w", encoding="utf-8") as f:
-                f.write(text)
+                f.writelines(pieces)
         except OSError as e:
             raise CliError(f"--output {output}: cannot write ({e.strerror or e})") from None
         return
@@ -378,7 +382,7 @@ def write_output(output: str | None, text: str) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
                                    dir=os.path.dirname(target))
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.writelines(pieces)
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except OSError as e:
