@@ -47,7 +47,8 @@ def convention_text(report: Any, name: str, fmt: str = "text") -> str:
         return json.dumps(r.to_dict(), indent=2) + "\n"
     return (f"{r.convention}: {r.total:,} {r.unit}s"
             + (f" ({r.unknown_nodes} nodes unknown, not added)" if r.unknown_nodes else "")
-            + f"\ngraphcost: {report.totals.flops:,} FLOPs, {report.totals.macs:,} MACs\n")
+            + f"\ngraphcost: {report.totals.flops:,} FLOPs, {report.totals.macs:,} MACs\n"
+            + "".join(f"note: {terminal_text(n)}\n" for n in r.notes))
 
 
 def explain_text(report: Any, name: str) -> str:
@@ -55,6 +56,7 @@ def explain_text(report: Any, name: str) -> str:
     rows = r.rows()
     width = max([len("op type")] + [len(terminal_text(x.op_type)) for x in rows])
     lines = [f"graphcost FLOPs (a MAC is 2) against {r.convention} {r.unit}s",
+             *(f"note: {terminal_text(n)}" for n in r.notes),
              f"{'op type':<{width}}  {'nodes':>5}  {'graphcost':>17}  {r.convention:>17}  rule"]
     for x in rows:
         rule = "; ".join(x.rules)

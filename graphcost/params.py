@@ -9,13 +9,27 @@ every "number of parameters" a paper or a tool prints is one of these sums:
   and 4), quantization scales and zero points, every non-float parameter (int64 index tables, bool/uint8
   causal masks such as GPT-2's ``attn.bias``) and every one-element constant (an export's ``sqrt(d)`` scale or
   epsilon; a scalar ``nn.Parameter`` would be miscounted here, a rare case);
+* **exporter-made zero biases** are buffers too: the dynamo exporter gives a bias-free ``Conv`` an all-zero bias
+  named ``val_<n>`` (its name for values it creates; parameters keep their state-dict names), which no framework
+  counts (kind ``exporter_zero_bias``);
+* **constant tables**: a stored float tensor fed as the *data* operand of a MatMul/Gemm whose weight is stored too
+  (Swin V2's ``relative_coords_table`` into its ``cpb_mlp``): a registered buffer the model computes from, not a
+  weight (kind ``constant_table``);
 * **duplicates** — a tensor stored twice with the same bytes (the second copy's elements; a tied weight the
   exporter wrote again). A copy stored *transposed* (the legacy exporter's GPT-2 LM head) has other bytes and is
   not found here;
 * **shared** — one stored tensor read by more than one node (tied weights the exporter kept tied): stored once,
   counted once, reported so the reader knows;
+* **merged** — a tensor the model holds several times but the file stores once, read through ``Identity``
+  copies: the legacy exporter's initializer deduplication (in eval mode it merges initializers with equal
+  values, so every BatchNorm's all-ones gamma and running variance become one tensor). Each copy is counted in
+  the role its readers give it (gamma: learnable, running variance: buffer), so ``learnable + buffers ==
+  stored + merged``; the merged elements are the copies beyond the one stored tensor;
 * **logical** — a block-quantized weight as the model computes with it (``MatMulNBits``: K·N, see
   ``graphcost.api._logical_parameter_count``), with its packed bytes.
+
+Quantized weights (int8/uint8 read by ``DequantizeLinear`` or a quantized product, possibly through ``Cast``)
+are learnable in their logical elements (one per stored integer); their scales and zero points are buffers.
 
 Counts are elements; bytes are the stored bytes (``int4``/``uint4`` packed two per byte). Symbolic-shaped
 parameters (rare) are left out of every sum, as ``parameter_count`` leaves them out.
@@ -24,6 +38,7 @@ parameters (rare) are left out of every sum, as ``parameter_count`` leaves them 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,13 +71,50 @@ _BUFFER_SLOTS: dict[tuple[str, str], tuple[int, ...]] = {
 }
 
 
+_EXPORTER_VALUE = re.compile(r"^val_\d+$")  # the dynamo exporter's name for a value it made (not a parameter)
+_BIAS_SLOT = {("ai.onnx", "Conv"): 2, ("ai.onnx", "ConvTranspose"): 2, ("ai.onnx", "Gemm"): 2}
+
+
+def _exporter_zero_biases(graph: Graph) -> set[str]:
+    """Parameters named ``val_<n>``, all zeros, read only as the bias of a Conv/ConvTranspose/Gemm."""
+    out: set[str] = set()
+    for g in graph.walk():
+        for t in g.tensors().values():
+            if t.kind != TensorKind.PARAMETER or not _EXPORTER_VALUE.match(t.name):
+                continue
+            readers = g.consumers(t.name)
+            if not readers or not all(_BIAS_SLOT.get((n.domain, n.op_type)) == 2 and len(n.inputs) > 2
+                                      and n.inputs[2] == t.name and t.name not in n.inputs[:2] for n in readers):
+                continue
+            value = g.constant_value(t.name)  # stripped payloads are read back from the file
+            if value is not None and value.size and not value.any():
+                out.add(t.name)
+    return out
+
+
+_TABLE_PRODUCTS = frozenset({("ai.onnx", "MatMul"), ("ai.onnx", "Gemm")})
+
+
+def _stored(g: Graph, name: str) -> bool:
+    """``name`` is a stored parameter, or a view or copy of one (Identity, Transpose, Reshape...)."""
+    for _ in range(_MAX_VIEW_CHAIN):
+        t = g.tensors().get(name)
+        if t is not None and t.kind == TensorKind.PARAMETER:
+            return True
+        producer = g.producer(name)
+        if producer is None or producer.op_type not in _VIEWS or not producer.inputs:
+            return False
+        name = producer.inputs[0]
+    return False
+
+
 _VIEWS = frozenset({"Expand", "Unsqueeze", "Reshape", "Squeeze", "Cast", "Tile", "Identity", "Transpose"})
 _MAX_VIEW_CHAIN = 8
 
 
 @dataclass(frozen=True)
 class ParameterSplit:
-    """The stored parameters by role; ``learnable + buffers == stored`` (counts and bytes)."""
+    """The stored parameters by role; ``learnable + buffers == stored + merged`` (counts and bytes)."""
 
     stored_count: int
     stored_bytes: int
@@ -78,6 +130,10 @@ class ParameterSplit:
     quantized_packed_bytes: int
     buffers_by_kind: dict[str, int] = field(default_factory=dict)
     """Buffer elements per reason (``batchnorm_stats``, ``quantization``, ``non_float``)."""
+    merged_count: int = 0
+    """Elements read through ``Identity`` copies of a stored tensor (the legacy exporter's deduplication), beyond
+    the stored tensor itself; each copy is also in ``learnable`` or ``buffers``."""
+    merged_bytes: int = 0
     learnable_names: frozenset[str] = field(default=frozenset(), repr=False)
     """Names of the learnable tensors (for the conventions: is this input a stored weight)."""
 
@@ -89,6 +145,7 @@ class ParameterSplit:
                         "by_kind": dict(sorted(self.buffers_by_kind.items()))},
             "duplicates": {"count": self.duplicate_count, "bytes": self.duplicate_bytes},
             "shared": {"count": self.shared_count, "bytes": self.shared_bytes},
+            "merged": {"count": self.merged_count, "bytes": self.merged_bytes},
             "logical": {"count": self.logical_count, "packed_bytes": self.quantized_packed_bytes},
         }
 
@@ -135,27 +192,53 @@ def _digests(proto: onnx.ModelProto) -> dict[str, str]:
     return out
 
 
+def _copies(graph: Graph) -> dict[str, str]:
+    """``Identity`` outputs of stored parameters, to the parameter they copy: how the legacy exporter writes a
+    tensor it deduplicated (one initializer, an ``Identity`` per further use)."""
+    out: dict[str, str] = {}
+    for g in graph.walk():
+        for node in g.nodes():
+            if node.op_type != "Identity" or not node.inputs or not node.outputs:
+                continue
+            t = g.tensors().get(node.inputs[0])
+            if t is not None and t.kind == TensorKind.PARAMETER:
+                out[node.outputs[0]] = t.name
+    return out
+
+
 def split_parameters(graph: Graph, proto: onnx.ModelProto, logical_count: int) -> ParameterSplit:
     """Split the parameters of ``graph`` (and its subgraphs) by role; ``logical_count`` is the model's
     ``logical_parameter_count`` (computed by the API, where the block-quantized rules live)."""
-    buffer_reason: dict[str, str] = {}
+    copies = _copies(graph)
+    buffer_reason: dict[str, str] = dict.fromkeys(_exporter_zero_biases(graph), "exporter_zero_bias")
     readers: dict[str, int] = {}
+    direct: dict[str, int] = {}  # readers of a tensor other than its Identity copies
     for g in graph.walk():
         for node in g.nodes():
             for name in set(node.inputs):
                 if name:
                     readers[name] = readers.get(name, 0) + 1
-            for i in _BUFFER_SLOTS.get((node.domain, node.op_type), ()):
+                    if not (node.op_type == "Identity" and node.outputs and node.outputs[0] in copies):
+                        direct[name] = direct.get(name, 0) + 1
+            slots = _BUFFER_SLOTS.get((node.domain, node.op_type), ())
+            if (node.domain, node.op_type) in _TABLE_PRODUCTS and len(node.inputs) > 1 \
+                    and _stored(g, node.inputs[0]) and _stored(g, node.inputs[1]):
+                slots = (0,)  # a stored tensor as the data operand of a product by a stored weight: a table
+            for i in slots:
                 if i < len(node.inputs) and node.inputs[i]:
                     kind = {"BatchNormalization": "batchnorm_stats", "LSTM": "initial_state", "GRU": "initial_state",
-                            "RNN": "initial_state"}.get(node.op_type, "quantization")
+                            "RNN": "initial_state", "MatMul": "constant_table",
+                            "Gemm": "constant_table"}.get(node.op_type, "quantization")
                     name = node.inputs[i]
                     for _ in range(_MAX_VIEW_CHAIN):  # through the views an exporter puts in front (Expand(zeros))
                         buffer_reason.setdefault(name, kind)
                         producer = g.producer(name)
-                        if producer is None or producer.op_type not in _VIEWS or not producer.inputs:
-                            break
+                        if name in copies or producer is None or producer.op_type not in _VIEWS or not producer.inputs:
+                            break  # a deduplicated copy has its own role; the stored tensor keeps its direct one
                         name = producer.inputs[0]
+    copies_of: dict[str, list[str]] = {}
+    for copy_name, source in copies.items():
+        copies_of.setdefault(source, []).append(copy_name)
     digests = _digests(proto)
     seen_digest: set[str] = set()
     stored = [0, 0]
@@ -163,9 +246,20 @@ def split_parameters(graph: Graph, proto: onnx.ModelProto, logical_count: int) -
     buffers = [0, 0]
     dup = [0, 0]
     shared = [0, 0]
+    merged = [0, 0]
     packed = 0
     by_kind: dict[str, int] = {}
     names: set[str] = set()
+    packed_names = _packed_weights(graph)
+
+    def reason_of(name: str, t: Tensor, n: int) -> str | None:
+        reason = buffer_reason.get(name) or (None if t.dtype in FLOAT_DTYPES else "non_float")
+        if reason is None and n == 1:
+            reason = "scalar_constant"  # an export's scale or epsilon (sqrt(d), 1e-5), not a weight
+        if reason == "non_float" and name in packed_names:
+            reason = None  # a quantized weight: learnable, one logical element per stored integer
+        return reason
+
     for g in graph.walk():
         for t in g.tensors().values():
             if t.kind != TensorKind.PARAMETER:
@@ -176,31 +270,35 @@ def split_parameters(graph: Graph, proto: onnx.ModelProto, logical_count: int) -
             n, b = nb
             stored[0] += n
             stored[1] += b
-            reason = buffer_reason.get(t.name) or (None if t.dtype in FLOAT_DTYPES else "non_float")
-            if reason is None and n == 1:
-                reason = "scalar_constant"  # an export's scale or epsilon (sqrt(d), 1e-5), not a weight
-            if reason == "non_float" and _packed_weight(graph, t.name):
-                reason = None  # a block-quantized weight: learnable, in its packed form
-                packed += b
-            if reason is None:
-                learnable[0] += n
-                learnable[1] += b
-                names.add(t.name)
-            else:
-                buffers[0] += n
-                buffers[1] += b
-                by_kind[reason] = by_kind.get(reason, 0) + n
+            roles = [c for c in copies_of.get(t.name, ())]
+            if direct.get(t.name, 0) or not roles:
+                roles.insert(0, t.name)
+            merged[0] += n * (len(roles) - 1)
+            merged[1] += b * (len(roles) - 1)
+            for role in roles:
+                reason = reason_of(role, t, n)
+                if reason is None and t.dtype not in FLOAT_DTYPES:
+                    packed += b
+                if reason is None:
+                    learnable[0] += n
+                    learnable[1] += b
+                    names.add(role)
+                else:
+                    buffers[0] += n
+                    buffers[1] += b
+                    by_kind[reason] = by_kind.get(reason, 0) + n
             d = digests.get(t.name, "")
             if d and n > 1:
                 if d in seen_digest:
                     dup[0] += n
                     dup[1] += b
                 seen_digest.add(d)
-            if readers.get(t.name, 0) > 1:
+            if direct.get(t.name, 0) > 1:
                 shared[0] += n
                 shared[1] += b
     return ParameterSplit(stored[0], stored[1], learnable[0], learnable[1], buffers[0], buffers[1], dup[0], dup[1],
-                          shared[0], shared[1], logical_count, packed, by_kind, frozenset(names))
+                          shared[0], shared[1], logical_count, packed, by_kind, merged[0], merged[1],
+                          frozenset(names))
 
 
 _PACKED_WEIGHT_SLOT = {("com.microsoft", "MatMulNBits"): 1, ("com.microsoft", "MatMulBnb4"): 1,
@@ -209,11 +307,25 @@ _PACKED_WEIGHT_SLOT = {("com.microsoft", "MatMulNBits"): 1, ("com.microsoft", "M
                        ("ai.onnx", "ConvInteger"): 1, ("ai.onnx", "DequantizeLinear"): 0}
 
 
-def _packed_weight(graph: Graph, name: str) -> bool:
-    """Whether ``name`` is the weight operand of a quantized product (stored in an integer type)."""
+def _packed_weights(graph: Graph) -> frozenset[str]:
+    """Names that are the weight operand of a quantized product or ``DequantizeLinear`` (stored in an integer
+    type), directly or through the views an exporter puts in front (the legacy exporter's ``Cast``): walked back
+    from each such operand, once for the whole graph (asked per initializer, the walk was quadratic: 86 of 94 s
+    on synthetic-10k)."""
+    out: set[str] = set()
     for g in graph.walk():
-        for node in g.consumers(name):
+        for node in g.nodes():
             slot = _PACKED_WEIGHT_SLOT.get((node.domain, node.op_type))
-            if slot is not None and slot < len(node.inputs) and node.inputs[slot] == name:
-                return True
-    return False
+            if slot is None or slot >= len(node.inputs) or not node.inputs[slot]:
+                continue
+            name = node.inputs[slot]
+            for _ in range(_MAX_VIEW_CHAIN):
+                out.add(name)
+                producer = g.producer(name)
+                if producer is None or producer.op_type not in _PACKED_VIEWS or not producer.inputs:
+                    break
+                name = producer.inputs[0]
+    return frozenset(out)
+
+
+_PACKED_VIEWS = frozenset({"Cast", "Identity", "Reshape", "Transpose"})

@@ -96,9 +96,10 @@ def test_onnx_tool(cnn: graphcost.Report) -> None:
         CONV_MACS + CONV_OUT  # Conv: MACs + bias per output element
         + 31 * CONV_OUT  # BatchNormalization at x86 instruction weights
         + CONV_OUT  # Relu: 1 per element
-        + POOL_OUT  # MaxPool: 1 per output element
+        + POOL_OUT * 2 * 2  # MaxPool: output elements × the 2×2 window (PoolBase.profile)
+        + POOL_OUT + 4 * GAP_OUT  # GlobalAveragePool: ADD per input element, DIV (4) per output
         + GEMM_MACS + GEMM_OUT  # Gemm: MACs + bias
-    ) == 15_434  # GlobalAveragePool and Flatten have no profile here
+    ) == 15_706  # Flatten has no profile
 
 
 def test_onnxsim(cnn: graphcost.Report) -> None:
@@ -163,3 +164,148 @@ def test_cli_as_and_explain(tmp_path, capsys) -> None:  # type: ignore[no-untype
     assert len(err.strip().splitlines()) == 1 and "--against 'nope'" in err
     assert main(["analyze", str(path), "--as", "nope"]) == 2
     assert "unknown convention 'nope'" in capsys.readouterr().err
+
+
+def _named(m: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """Give the graph's nodes the legacy exporter's scoped names (module path / op type)."""
+    for node, name in zip(m.graph.node, names, strict=True):
+        node.name = name
+    return m
+
+
+CNN_MODULE_NAMES = ["/block/conv/Conv", "/block/bn/BatchNormalization", "/block/relu/Relu", "/maxpool/MaxPool",
+                    "/GlobalAveragePool", "/Flatten", "/fc/Gemm"]  # nn.ReLU, nn.MaxPool2d; F.adaptive_avg_pool2d
+
+
+def test_ptflops_counts_a_module_call_twice() -> None:
+    """ptflops' module hook and the patched functional the module's forward calls both count (nn.ReLU →
+    F.relu, nn.MaxPool2d → F.max_pool2d); the scoped node names say which node came from a module."""
+    m = _named(_with_weights(CNN, SHAPES), CNN_MODULE_NAMES)
+    r = graphcost.analyze(m, fusion=False, memory=False, batchnorm=False)
+    c = as_convention(r, "ptflops")
+    assert c.total == (
+        CONV_MACS + CONV_OUT  # conv hook: MACs + bias per output element
+        + 2 * CONV_OUT  # bn hook, affine
+        + 2 * CONV_OUT  # nn.ReLU: relu hook + patched F.relu, 1 per output element each
+        + 2 * CONV_OUT  # nn.MaxPool2d: pool hook + patched F.max_pool2d, 1 per input element each
+        + POOL_OUT  # F.adaptive_avg_pool2d in the root forward: the patched functional only
+        + GEMM_MACS + GEMM_OUT  # linear hook
+    ) == 8_778
+    assert c.notes == ()  # every by-call node has a scope: nothing assumed
+    assert as_convention(r, "thop").total == (
+        CONV_MACS  # count_convNd
+        + 2 * 2 * CONV_OUT  # count_normalization
+        + GEMM_MACS  # count_linear; F.adaptive_avg_pool2d is no module: thop does not see it
+    ) == 7_944
+
+
+def test_ptflops_functional_relu_counts_once() -> None:
+    names = [*CNN_MODULE_NAMES]
+    names[2] = "/block/Relu"  # F.relu in the block's forward: the scope /block has child scopes
+    r = graphcost.analyze(_named(_with_weights(CNN, SHAPES), names), fusion=False, memory=False, batchnorm=False)
+    assert as_convention(r, "ptflops").total == 8_778 - CONV_OUT  # the relu hook does not fire: F.relu only
+
+
+def test_ptflops_without_scopes_says_what_it_assumed(cnn: graphcost.Report) -> None:
+    c = as_convention(cnn, "ptflops")
+    assert len(c.notes) == 1 and "GlobalAveragePool, MaxPool, Relu" in c.notes[0]
+    assert "counted as a functional call" in c.notes[0]
+    assert "a module" in as_convention(cnn, "thop").notes[0]  # thop: a module, or it would count nothing
+
+
+def test_ptflops_linear_bias_add_and_per_sample_total() -> None:
+    """An nn.Linear on a [seq, batch, in] input exports as MatMul + Add: ptflops counts the bias; its total is
+    divided by ``len(input)``, the leading dim (here the sequence: ptflops' batch counter)."""
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[3,2,4] x) => (float[3,2,5] y) { a = MatMul(x, w) y = Add(a, b) }"""
+    r = graphcost.analyze(_with_weights(text, {"w": (4, 5), "b": (5,)}), fusion=False, memory=False)
+    c = as_convention(r, "ptflops")
+    node_sum = (3 * 2 * 4 * 5  # MatMul: rows · K · N MACs
+                + 3 * 2 * 5)  # the bias Add: 1 per output element
+    assert c.per_sample == 3 and c.total == node_sum // 3 == 50
+    rows = {x.op_type: x.tool for x in c.rows()}
+    assert rows == {"MatMul": 120, "Add": 30, "(per sample)": 50 - 150}  # the division is a row of its own
+    assert sum(rows.values()) == c.total
+
+
+def test_legacy_deduplicated_initializers_count_once_per_copy() -> None:
+    """The legacy exporter in eval mode merges initializers with equal values: every BatchNorm's all-ones gamma
+    and running variance become one tensor, read through ``Identity`` copies. Each copy has its own role."""
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[1,2,4,4] x) => (float[1,2,4,4] y) {
+            m1 = Identity(zeros) v1 = Identity(ones)
+            n = BatchNormalization(x, ones, zeros, m1, v1)
+            g2 = Identity(ones) b2 = Identity(zeros) m2 = Identity(zeros) v2 = Identity(ones)
+            y = BatchNormalization(n, g2, b2, m2, v2)
+        }"""
+    m = onnx.parser.parse_model(text)
+    m.graph.initializer.extend([numpy_helper.from_array(np.ones(2, np.float32), "ones"),
+                                numpy_helper.from_array(np.zeros(2, np.float32), "zeros")])
+    s = graphcost.analyze(m, fusion=False, memory=False, batchnorm=False).model.parameter_split
+    assert s.stored_count == 2 + 2  # ones, zeros: stored once each
+    assert s.learnable_count == 2 * (2 + 2)  # two BNs' gamma and beta, 2 channels each
+    assert s.buffer_count == 2 * (2 + 2) and s.buffers_by_kind == {"batchnorm_stats": 8}  # their mean and var
+    assert s.merged_count == 8 + 8 - 4  # 8 roles of 2 elements, stored as 4
+    assert s.learnable_count + s.buffer_count == s.stored_count + s.merged_count
+
+
+def test_quantized_weight_behind_cast_is_learnable() -> None:
+    """torchvision's quantized export: int8 weight → Cast → DequantizeLinear; per-channel scale and zero point."""
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[1,4] x) => (float[1,3] y) {
+            wc = Cast<to = 3>(wq)
+            w = DequantizeLinear<axis = 0>(wc, sc, zp)
+            y = Gemm<transB = 1>(x, w, b)
+        }"""
+    m = onnx.parser.parse_model(text)
+    m.graph.initializer.extend([numpy_helper.from_array(np.ones((3, 4), np.int8), "wq"),
+                                numpy_helper.from_array(np.full(3, 0.1, np.float32), "sc"),
+                                numpy_helper.from_array(np.zeros(3, np.int8), "zp"),
+                                numpy_helper.from_array(np.ones(3, np.float32), "b")])
+    s = graphcost.analyze(m, fusion=False, memory=False).model.parameter_split
+    assert s.learnable_count == 3 * 4 + 3  # the int8 weight in logical elements + the float bias
+    assert s.buffer_count == 3 + 3 and s.buffers_by_kind == {"quantization": 6}  # scale, zero point
+    assert s.quantized_packed_bytes == 3 * 4  # one byte per int8
+
+
+def test_explain_prints_what_the_count_depends_on(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "cnn.onnx"
+    onnx.save(_with_weights(CNN, SHAPES), path)  # no scoped node names: module or functional is unknown
+    assert main(["explain", str(path), "--against", "ptflops"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("note: ptflops's count for GlobalAveragePool, MaxPool, Relu depends on")
+    assert lines[-1].split()[-1] == "8,266"  # the rows still end in the total
+    assert main(["analyze", str(path), "--as", "ptflops"]) == 0
+    assert "note: ptflops's count" in capsys.readouterr().out
+
+
+def test_dynamo_zero_bias_of_a_bias_free_conv_is_a_buffer() -> None:
+    """The dynamo exporter gives ``nn.Conv2d(bias=False)`` an all-zero bias named ``val_<n>``; a real bias keeps
+    its state-dict name. Only the made-up one is left out of the learnable count."""
+    text = """<ir_version: 8, opset_import: ["" : 18]>
+        g (float[1,3,4,4] x) => (float[1,2,4,4] y) {
+            a = Conv<kernel_shape = [1,1]>(x, w1, val_5)
+            y = Conv<kernel_shape = [1,1]>(a, w2, conv2_bias)
+        }"""
+    m = onnx.parser.parse_model(text)
+    m.graph.initializer.extend([numpy_helper.from_array(np.ones((2, 3, 1, 1), np.float32), "w1"),
+                                numpy_helper.from_array(np.zeros(2, np.float32), "val_5"),
+                                numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w2"),
+                                numpy_helper.from_array(np.zeros(2, np.float32), "conv2_bias")])
+    s = graphcost.analyze(m, fusion=False, memory=False).model.parameter_split
+    assert s.learnable_count == 2 * 3 + 2 * 2 + 2  # w1, w2 and the real (zero-initialized) conv2_bias
+    assert s.buffers_by_kind == {"exporter_zero_bias": 2}  # val_5
+
+
+def test_a_table_fed_to_a_linear_is_a_buffer() -> None:
+    """Swin V2's ``relative_coords_table`` (a float registered buffer) is the data operand of its ``cpb_mlp``
+    Linear: stored, read through the legacy exporter's Identity copy, but no weight."""
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[1,2] x) => (float[1,4] y) { t2 = Identity(table) h = MatMul(t2, w) a = MatMul(x, w2) y = Add(a, h) }"""
+    m = onnx.parser.parse_model(text)
+    m.graph.initializer.extend([numpy_helper.from_array(np.ones((1, 3), np.float32), "table"),
+                                numpy_helper.from_array(np.ones((3, 4), np.float32), "w"),
+                                numpy_helper.from_array(np.ones((2, 4), np.float32), "w2")])
+    s = graphcost.analyze(m, fusion=False, memory=False).model.parameter_split
+    assert s.learnable_count == 3 * 4 + 2 * 4  # the two Linear weights
+    assert s.buffers_by_kind == {"constant_table": 3}  # the 1×3 table

@@ -1,10 +1,14 @@
 """``--as X`` against X itself: torch's FlopCounterMode, fvcore, ptflops and thop run on the torch reference models
-(``models/reference.py``) and on a small LSTM, and graphcost's convention tables run on the exports
-(legacy exporter, BatchNorm kept so that the BN terms stay in the file). Exact equality, no tolerance.
+(``models/reference.py``) and on a small LSTM, onnx-tool and onnxsim on their exports, and graphcost's convention
+tables run on the exports (legacy exporter, BatchNorm kept so that the BN terms stay in the file). Exact
+equality, no tolerance. onnx-tool and onnxsim live in their own venv (``bench/peers_env.sh`` makes
+``bench/.venv-peers``; ``GRAPHCOST_PEERS_PYTHON`` overrides), run in a child process (``tests/onnx_peer_counts.py``);
+those pairs are skipped, with the reason, when that interpreter is missing.
 
-A pair that does not agree is listed in ``GAPS`` with its reason, as a strict xfail: the module-hook counters see
-how the torch code is written (``F.adaptive_avg_pool2d`` against ``nn.AdaptiveAvgPool2d``, ``x + y``), which
-no ONNX file records.
+A pair that does not agree would be listed in ``GAPS`` with its reason, as a strict xfail. The module-hook
+counters see how the torch code is written (``F.adaptive_avg_pool2d`` against ``nn.AdaptiveAvgPool2d``, ``x + y``);
+the legacy exporter's scoped node names record it (``graphcost/conventions.py`` ``_module_calls``), and ptflops'
+total is per sample (the LSTM's seq-first input makes its "batch" the sequence length), so all 16 pairs match.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import json
+import os
+import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,14 +40,11 @@ from graphcost.export._torch import export_torch  # noqa: E402
 from models import reference as R  # noqa: E402
 
 PEERS = ("torch", "fvcore", "ptflops", "thop")
+ONNX_PEERS = ("onnx-tool", "onnxsim")
+ROOT = Path(__file__).resolve().parent.parent
+PEERS_PYTHON = os.environ.get("GRAPHCOST_PEERS_PYTHON", str(ROOT / "bench" / ".venv-peers" / "bin" / "python"))
 MODELS = ("resnet18", "mobilenet_v2", "tiny_transformer", "lstm")
-GAPS = {
-    ("resnet18", "ptflops"): "ptflops' hooks count the ResNet block differently from its ONNX nodes (not yet traced)",
-    ("tiny_transformer", "ptflops"): "ptflops patches torch.matmul/Tensor.add but not `@` or `+` (not yet traced)",
-    ("lstm", "ptflops"): "ptflops' nn.LSTM hook reads (batch, seq) from a seq-first input (not yet traced)",
-    ("mobilenet_v2", "thop"): "torchvision's MobileNetV2 pools with F.adaptive_avg_pool2d, which thop's module "
-                              "hooks do not see; the ONNX GlobalAveragePool cannot say which was used",
-}
+GAPS: dict[tuple[str, str], str] = {}  # (model, peer) -> why --as cannot match; none left on these models
 
 
 class LSTMNet(nn.Module):
@@ -97,7 +101,7 @@ def _peer(peer: str, model: Any, args: tuple[Any, ...]) -> float:
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[graphcost.Report, dict[str, float], int]]:
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[graphcost.Report, dict[str, float], int, Path]]:
     out = {}
     for name in MODELS:
         model, args, names = _model(name)
@@ -105,8 +109,18 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[graphcost
         export_torch(model, {n: a.numpy() for n, a in zip(names, args, strict=True)}, path, dynamo=False, opset=17,
                      keep_batchnorm=True)
         report = graphcost.analyze(path, fusion=False, memory=False, batchnorm=False)
-        out[name] = (report, {p: _peer(p, model, args) for p in PEERS}, sum(p.numel() for p in model.parameters()))
+        out[name] = (report, {p: _peer(p, model, args) for p in PEERS}, sum(p.numel() for p in model.parameters()),
+                     path)
     return out
+
+
+def _onnx_peers(path: Path) -> dict[str, int]:
+    proc = subprocess.run([PEERS_PYTHON, str(ROOT / "tests" / "onnx_peer_counts.py"), str(path)], capture_output=True,
+                          text=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"onnx peers failed on {path.name}: {proc.stderr.strip().splitlines()[-1:]}")
+    counts: dict[str, int] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return counts
 
 
 def _params() -> list[Any]:
@@ -121,13 +135,23 @@ def _params() -> list[Any]:
 
 @pytest.mark.parametrize(("name", "peer"), _params())
 def test_as_equals_the_peer(cases: dict[str, Any], name: str, peer: str) -> None:
-    report, peers, _ = cases[name]
+    report, peers, _, _ = cases[name]
     assert as_convention(report, peer).total == peers[peer]  # the tool's own number, exactly
 
 
 @pytest.mark.parametrize("name", MODELS)
+def test_as_equals_the_onnx_peers(cases: dict[str, Any], name: str) -> None:
+    if not Path(PEERS_PYTHON).is_file():
+        pytest.skip(f"{PEERS_PYTHON} missing: run bench/peers_env.sh (onnx-tool 1.0.1, onnxsim 0.8.1)")
+    report, _, _, path = cases[name]
+    counts = _onnx_peers(path)
+    for peer in ONNX_PEERS:
+        assert as_convention(report, peer).total == counts[peer], peer  # the tool's own number, exactly
+
+
+@pytest.mark.parametrize("name", MODELS)
 def test_learnable_equals_torch_parameters(cases: dict[str, Any], name: str) -> None:
-    report, _, torch_params = cases[name]
+    report, _, torch_params, _ = cases[name]
     split = report.model.parameter_split
     assert split.learnable_count == torch_params  # model.parameters(): BN stats and zero states are buffers
     assert split.learnable_count + split.buffer_count == report.model.parameter_count
@@ -135,8 +159,8 @@ def test_learnable_equals_torch_parameters(cases: dict[str, Any], name: str) -> 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_explain_rows_add_up(cases: dict[str, Any], name: str) -> None:
-    report, _, _ = cases[name]
-    for peer in PEERS:
+    report, _, _, _ = cases[name]
+    for peer in (*PEERS, *ONNX_PEERS):
         r = as_convention(report, peer)
         assert sum(x.graphcost_flops for x in r.rows()) == report.totals.flops
         assert sum(x.tool for x in r.rows()) == r.total
