@@ -30,10 +30,10 @@ from typing import Any
 
 import paddle_exports as px
 import pytest
+from export_checks import assert_no_unknown_standard_op, sequence_values
 
 pytestmark = pytest.mark.heavy
 
-STANDARD_DOMAINS = ("ai.onnx", "ai.onnx.ml", "")
 
 
 @functools.cache
@@ -68,27 +68,6 @@ def input_dims(path: Path) -> dict[str, str]:
     graph = onnx.load(str(path), load_external_data=False).graph
     return {to_text(parse_dim(d.dim_param)): d.dim_param
             for vi in graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
-
-
-def assert_no_unknown_standard_op(r: Any) -> None:
-    """(As in ``tests/test_real_exports.py``.)"""
-    unknown: dict[str, list[str]] = {}
-    for n in r.nodes:
-        if n.flops is None and (n.domain or "") in STANDARD_DOMAINS:
-            unknown.setdefault(n.op_type, []).append(f"{n.name}: {n.unknown_reason}")
-    summary = "; ".join(f"{op} x{len(v)} (e.g. {v[0]})" for op, v in sorted(unknown.items()))
-    assert not unknown, f"standard-domain nodes without a cost: {summary}"
-
-
-def sequence_values(path: Path) -> set[str]:
-    """Values of sequence type (as in ``tests/test_real_exports.py``): they have no tensor shape to resolve."""
-    import onnx
-
-    from graphcost.graph import graph_protos
-
-    inferred = onnx.shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False))
-    return {vi.name for g in graph_protos(inferred.graph) for vi in (*g.input, *g.value_info, *g.output)
-            if vi.type.HasField("sequence_type")}
 
 
 def assert_resolved(r: Any, path: Path) -> None:

@@ -35,10 +35,10 @@ from typing import Any
 
 import pytest
 import real_exports as rx
+from export_checks import STANDARD_DOMAINS, assert_no_unknown_standard_op, sequence_values
 
 pytestmark = pytest.mark.heavy
 
-STANDARD_DOMAINS = ("ai.onnx", "ai.onnx.ml", "")
 
 KNOWN_GAPS: dict[str, str] = {}
 """Test id -> why it fails today (measured on the tree of this commit, 2 cores)."""
@@ -108,27 +108,6 @@ def _graph(path: Path) -> Any:
 def input_dims(path: Path) -> set[str]:
     """The named dims of the graph inputs: the only names a resolved shape may be written in."""
     return {d.dim_param for vi in _graph(path).input for d in vi.type.tensor_type.shape.dim if d.dim_param}
-
-
-def assert_no_unknown_standard_op(r: Any) -> None:
-    unknown: dict[str, list[str]] = {}
-    for n in r.nodes:
-        if n.flops is None and (n.domain or "") in STANDARD_DOMAINS:
-            unknown.setdefault(n.op_type, []).append(f"{n.name}: {n.unknown_reason}")
-    summary = "; ".join(f"{op} x{len(v)} (e.g. {v[0]})" for op, v in sorted(unknown.items()))
-    assert not unknown, f"standard-domain nodes without a cost: {summary}"
-
-
-def sequence_values(path: Path) -> set[str]:
-    """Values of sequence type (onnx's inference says which): a sequence has no tensor shape to resolve, its
-    elements do (MViT's ``tensor_split`` exports as SequenceEmpty -> Loop(SequenceInsert) -> SequenceAt)."""
-    import onnx
-
-    from graphcost.graph import graph_protos
-
-    inferred = onnx.shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False))
-    return {vi.name for g in graph_protos(inferred.graph) for vi in (*g.input, *g.value_info, *g.output)
-            if vi.type.HasField("sequence_type")}
 
 
 def unresolved(r: Any, path: Path) -> list[str]:
