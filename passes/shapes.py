@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphcost._dims import Dim, free_names, parse_dim, to_text
+from graphcost._dims import Dim, free_names, parse_dim, text_names, to_text
 from graphcost.graph import Graph, graph_protos, name_anonymous_input_dims, unknown_dim_name
 from graphcost.load import Model, opset_lookup
 from graphcost.passes import _contrib_shapes, _datadep, _engines
@@ -530,7 +530,7 @@ def _dim_unresolved(d: onnx.TensorShapeProto.Dimension, known: frozenset[str] | 
         return False
     if not d.HasField("dim_param") or not d.dim_param:
         return True
-    names = free_names(parse_dim(d.dim_param))
+    names = text_names(d.dim_param)
     if known is None:
         return any(n.startswith("unk__") or _OSI_MINTED.fullmatch(n) for n in names)
     return not names <= known
@@ -561,7 +561,7 @@ def _input_dim_names(graph: onnx.GraphProto) -> frozenset[str]:
     for vi in graph.input:
         for d in _dims_of(vi.type) or []:
             if d.HasField("dim_param") and d.dim_param:
-                names |= free_names(parse_dim(d.dim_param))
+                names |= text_names(d.dim_param)
     return frozenset(names)
 
 

@@ -170,3 +170,25 @@ def test_same_compares_monomials_without_expanding():
     for x in monomials:
         for y in monomials:
             assert same(x, y) == (sympy.expand(x - y) == 0), (x, y)
+
+
+# --------------------------------------------------------------------------- dim texts without sympy
+@pytest.mark.parametrize("text", ["batch", "N", "E", "I", "pi", "oo", "floor", "Min", "_", "unk__x_0", "a1",
+                                  "batch*seq", "floor((h - 1)/2) + 1", "DynamicDimension.0", "?", "x" * 300])
+def test_text_names_are_the_free_names_of_the_parsed_dim(text: str) -> None:
+    assert _dims.text_names(text) == free_names(_dims.parse_dim(text))
+
+
+def test_plain_dim_names_are_judged_without_a_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the shapes pass asks the names of every dim text an engine wrote (Swin-T: 868, all plain names); a parse
+    # would import sympy for them (0.7 s of a 2 s analyze)
+    from graphcost.passes import shapes
+
+    def no_parse(text: str) -> object:
+        raise AssertionError(f"parsed {text!r}")
+
+    monkeypatch.setattr(_dims, "parse_dim", no_parse)
+    monkeypatch.setattr(shapes, "parse_dim", no_parse)
+    d = onnx.TensorShapeProto.Dimension(dim_param="unk__x_0")
+    assert shapes._dim_unresolved(d, frozenset({"batch"})) and not shapes._dim_unresolved(d, frozenset({"unk__x_0"}))
+    assert shapes._dim_unresolved(d)  # a minted name, without known input dims
