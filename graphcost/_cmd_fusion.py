@@ -124,7 +124,7 @@ def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: l
              f"  policy {section.policy} · {t.groups} groups from {len(infos)} nodes · "
              f"{len(section.boundaries)} boundaries",
              f"  hardware {hw.name}: DRAM {hw.memory_bandwidth / 1e9:.2f} GB/s; a kernel's time is "
-             "max(FLOPs / peak, bytes / DRAM bandwidth)"]
+             "max(FLOPs / peak, bytes at the levels they can come from) (passes/roofline.kernel_bound)"]
     if defaulted:
         from graphcost.binding import DEFAULT_DIM_VALUE
 

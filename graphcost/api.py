@@ -303,7 +303,8 @@ def _analyze(
     fusion = None
     if options.fusion:
         with _stage("fusion", graph):
-            fusion = fusion_section(fuse(graph, costs, options.fusion_policy), hw, binding)
+            fusion = fusion_section(fuse(graph, costs, options.fusion_policy), hw, binding,
+                                    capacity=options.capacity, residency=residency)
     batchnorm = None
     if options.batchnorm:
         with _stage("batchnorm", graph):

@@ -34,7 +34,7 @@ from graphcost.graph import Graph, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.ops import lookup
 from graphcost.passes.costs import NodeCost, tensor_bytes
-from graphcost.passes.roofline import memory_time, split_dram
+from graphcost.passes.roofline import Bound, kernel_bound
 
 Number = int | float
 
@@ -125,7 +125,7 @@ class SetBound:
     def bound_s(self) -> float | None:
         if self.compute_s is None or self.memory_s is None:
             return None
-        return max(self.compute_s, self.memory_s)
+        return Bound.of(self.flops, self.bytes, self.dram_bytes, self.compute_s, self.memory_s).time_s
 
     @property
     def bound(self) -> str | None:
@@ -277,13 +277,8 @@ class Bounder:
                 resident += b * count
         if twice and moved is not None:
             moved, resident = 2 * moved, 2 * resident
-        peak = self.hw.peak_for(dtype)[0]
-        compute = None if flops is None else flops / peak
-        if moved is None:
-            return SetBound(flops, None, None, compute, None, dtype)
-        dram = split_dram(self.hw, moved, resident, capacity=self.capacity)
-        mem = memory_time(self.hw, moved, dram) if self.capacity else moved / self.hw.memory_bandwidth
-        return SetBound(flops, moved, dram, compute, mem, dtype)
+        k = kernel_bound(flops, moved, self.hw, dtype=dtype, resident=resident, capacity=self.capacity)
+        return SetBound(flops, k.bytes, k.dram_bytes, k.compute_s, k.memory_s, dtype)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from graphcost.analysis import Analysis
 from graphcost.graph import TensorKind, dtype_bits
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.passes.liveness import liveness
+from graphcost.passes.roofline import kernel_bound
 from graphcost.report.model import Report
 
 TOKEN_INPUTS = ("input_ids", "inputs_embeds")
@@ -288,7 +289,8 @@ def llm_view(analysis: Analysis, report: Report, hardware: HardwareSpec, *, prom
     dims, kv_inputs, kv_per_token = decoder_dims(analysis)
     exprs = _exact(analysis, report)
     bw = hardware.memory_bandwidth * efficiency
-    peak, peak_dtype = hardware.peak_for(_main_dtype(report))
+    dtype = _main_dtype(report)
+    peak, peak_dtype = hardware.peak_for(dtype)
     fixed = {d: report.binding.get(d, 1) for d in dims.other}
     fixed.update({d: v for d, (v, _) in dims.cache.items()})
 
@@ -303,11 +305,12 @@ def llm_view(analysis: Analysis, report: Report, hardware: HardwareSpec, *, prom
                            if k})
         flops = float(_at(exprs["flops"], values))
         moved = float(_at(exprs["bytes"], values))
-        ct, mt = flops / peak, moved / bw
-        t = max(ct, mt)
+        # all bytes at DRAM, on purpose (module docstring): capacity=False, the bandwidth at ``efficiency``
+        k = kernel_bound(flops, moved, hardware, dtype=dtype, capacity=False, efficiency=efficiency)
+        t = k.time_s or 0.0
         made = b * (tokens if phase == "prefill" else 1)
-        return PhaseBound(phase, tokens, b, values, flops, moved, ct, mt, t, "compute" if ct >= mt else "memory",
-                          made / t if t > 0 else math.inf)
+        return PhaseBound(phase, tokens, b, values, flops, moved, k.compute_s or 0.0, k.memory_s or 0.0, t,
+                          k.bound or "compute", made / t if t > 0 else math.inf)
 
     decode = tuple(bind("decode", c, batch) for c in contexts)
     first = contexts[0]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from graphcost.budget import Budget, frame_slice_s
+from graphcost.passes.roofline import Bound, kernel_bound
 
 Number = int | float
 
@@ -370,7 +371,7 @@ def what_if(report: Any, options: Options) -> WhatIf:
     floor = _floor(rows, top, hw, retype, options.sustained_clock)
     heavy = _heaviest_dtype(rows)
     peak_dtype = hw.peak_for(heavy)[1]
-    ridge = hw.peak_for(heavy)[0] / hw.memory_bandwidth
+    ridge = hw.ridge_point(heavy)
     notes: list[str] = []
     slice_s = budget = None
     if options.budget_ms is not None:
@@ -505,15 +506,12 @@ def _node(n: Any, hw: Any, retype: Mapping[str, str], binding: Mapping[str, int]
             memory = memory * ((read or 0) + (written or 0)) / n.bytes
         if n.inputs and n.inputs[0].name in retype:
             dtype = retype[n.inputs[0].name]
-    peak, peak_dtype = hw.peak_for(dtype)
-    compute = None if n.flops is None else n.flops / peak
+    peak_dtype = hw.peak_for(dtype)[1]
+    compute = kernel_bound(n.flops, None, hw, dtype=dtype).compute_s  # FLOPs at the (new) dtype's peak
     moved = None if read is None or written is None else read + written
-    if compute is None and memory is None:
-        bound_s, bound = None, None
-    elif compute is None or (memory is not None and memory > compute):
-        bound_s, bound = memory, "memory"
-    else:
-        bound_s, bound = compute, "compute"
+    # the memory time is the report's (its levels and residency), scaled by the bytes' ratio when retyped
+    k = Bound.of(n.flops, moved, None, compute, memory)
+    bound_s, bound = k.time_s, k.bound
     fraction = None if compute is None or not bound_s else compute / bound_s
     intensity = None if n.flops is None or not moved else n.flops / moved
     return NodePeak(n.name, n.op_type, peak_dtype, n.flops, moved, intensity, compute, memory, bound_s, bound,
@@ -570,14 +568,15 @@ def _sweep(report: Any, sweep: tuple[str, tuple[int, ...]], dtype: str) -> Sweep
         raise ValueError(f"--sweep {dim}: the total formulas are too large to evaluate exactly (over the dim "
                          "grammar's limits)")
     hw = report.hardware
-    peak, peak_dtype = hw.peak_for(dtype)
-    ridge = peak / hw.memory_bandwidth
+    peak_dtype = hw.peak_for(dtype)[1]
+    ridge = hw.ridge_point(dtype)
     rows = []
     for v in values:
         binding = {**report.binding, dim: v}
         f, b = evaluate(exprs["flops"], binding), evaluate(exprs["bytes"], binding)
-        c, m = f / peak, b / hw.memory_bandwidth
-        rows.append(SweepRow(v, f, b, f / b if b else None, c, m, max(c, m), "compute" if c >= m else "memory"))
+        # the totals' formulas know no residency: every byte at DRAM bandwidth, on purpose (capacity=False)
+        k = kernel_bound(f, b, hw, dtype=dtype, capacity=False)
+        rows.append(SweepRow(v, f, b, f / b if b else None, k.compute_s, k.memory_s, k.time_s, k.bound))
     crossing = next((r.value for r in rows if r.bound == "compute"), None)
     others = {symbol(k): v for k, v in report.binding.items() if k != dim}
     exact = _exact_crossing(exprs["flops"], exprs["bytes"], symbol(dim), others, ridge)
@@ -630,7 +629,7 @@ def _fusion(report: Any, repeat: int) -> tuple[FusionSaving, ...]:
                 if e is not None:
                     sizes[t.name] = e * ITEM_BYTES[t.dtype]
     outputs = {n.name: [t.name for t in n.outputs] for n in report.nodes if n.depth == 0}
-    bw = report.hardware.memory_bandwidth
+    hw = report.hardware
     rows = []
     for g in report.fusion.groups:
         saved = g.bytes_saved
@@ -639,8 +638,9 @@ def _fusion(report: Any, repeat: int) -> tuple[FusionSaving, ...]:
         largest = max((sizes[t] for m in g.nodes for t in outputs.get(m, ()) if t in sizes), default=None)
         time_saved = None if g.time_unfused_s is None or g.time_fused_s is None else \
             g.time_unfused_s - g.time_fused_s
-        rows.append(FusionSaving(g.id, tuple(g.nodes), g.bytes_unfused, g.bytes_fused, saved, largest, saved / bw,
-                                 time_saved, repeat))
+        at_dram = kernel_bound(None, saved, hw, dtype="float32", capacity=False).memory_s  # saved bytes at DRAM
+        rows.append(FusionSaving(g.id, tuple(g.nodes), g.bytes_unfused, g.bytes_fused, saved, largest,
+                                 at_dram or 0.0, time_saved, repeat))
     rows.sort(key=lambda r: -r.bytes_saved)
     return tuple(rows[:MAX_FUSION_ROWS])
 

@@ -70,6 +70,7 @@ import numpy as np
 from graphcost._dims import Dim, evaluate, numel, to_text
 from graphcost.graph import DEFAULT_DOMAIN, Graph, Node, dtype_bits
 from graphcost.passes.costs import CostResult, count_costs
+from graphcost.passes.roofline import kernel_bound
 
 PRECEDING = "preceding"
 FOLLOWING = "following"
@@ -154,15 +155,16 @@ class BatchNormResult:
 def time_saved_s(result: BatchNormResult, hardware: Any, binding: Mapping[str, int]) -> float | None:
     """Σ over folded BNs of max(net bytes / DRAM bandwidth, net FLOPs / peak(dtype)); None if a cost is unknown.
 
-    Dims the binding leaves unbound count as 1. On-chip capacity is ignored: every byte is charged at DRAM bandwidth.
+    Dims the binding leaves unbound count as 1. On-chip capacity is ignored on purpose (``kernel_bound`` with
+    ``capacity=False``): the saved bytes are the BN's own reads and writes, charged at DRAM bandwidth.
     """
     total = 0.0
     for f in result.foldable:
         b, fl = f.bytes_saved, f.flops_saved
         if b is None or fl is None:
             return None
-        peak = hardware.peak_for(f.dtype)[0]
-        total += max(bind(b, binding) / hardware.memory_bandwidth, bind(fl, binding) / peak)
+        total += kernel_bound(bind(fl, binding), bind(b, binding), hardware, dtype=f.dtype, capacity=False
+                              ).time_s or 0.0
     return total
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from graphcost.graph import Graph
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.passes._blocks import Blocks, segment_inputs
+from graphcost.passes.roofline import kernel_bound
 from graphcost.passes.training import TrainingCost, TrainingNode
 
 POLICIES = ("none", "blocks", "every:K", "sqrt", "keep:T1,T2")
@@ -109,7 +110,8 @@ def segments_for(policy: Policy, graph: Graph, cost: TrainingCost, blocks: Block
 def _forward_time(n: TrainingNode, hw: HardwareSpec | None) -> float:
     if hw is None:
         return 0.0
-    return max((n.forward_flops or 0) / hw.peak_for(n.dtype)[0], (n.forward_bytes or 0) / hw.memory_bandwidth)
+    # every byte at DRAM bandwidth, as the training step's own estimate (passes/training.py) charges it
+    return kernel_bound(n.forward_flops or 0, n.forward_bytes or 0, hw, dtype=n.dtype, capacity=False).time_s
 
 
 def checkpoint(policy: Policy, graph: Graph, cost: TrainingCost, blocks: Blocks, *, state_bytes: int = 0,

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from graphcost._dims import Dim, evaluate, simplify_dim, to_text
 from graphcost._sym import sympy
-from graphcost.graph import Graph, Node
+from graphcost.graph import Graph, Node, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.ops import lookup
 from graphcost.passes._fusion_groups import Fuser
@@ -62,6 +62,7 @@ from graphcost.passes._fusion_policy import (
     same_compute_dtype,
 )
 from graphcost.passes.costs import CostResult, NodeCost, tensor_bytes
+from graphcost.passes.roofline import RESIDENCIES, Bound, kernel_bound, sum_bounds
 
 Number = int | float
 _T = TypeVar("_T")
@@ -649,6 +650,9 @@ class FusionSection:
     boundaries: tuple[Boundary, ...]
     totals: FusionTotals
     result: FusionResult = field(repr=False, compare=False)
+    kernels: tuple[Bound, ...] = field(default=(), repr=False, compare=False)
+    """Per group (as ``groups``): its ``kernel_bound`` as one kernel (a control group: Σ of its nodes'); the
+    HTML chart reads compute/memory from here, not from a formula of its own."""
 
     def group_of(self, node: str) -> GroupNumbers:
         """The numbers of the group holding ``node``."""
@@ -679,50 +683,66 @@ def _num(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
                          "(it divides by zero or goes imaginary)") from None
 
 
-def _roof(compute: float | None, memory: float | None) -> float | None:
-    known = [x for x in (compute, memory) if x is not None]
-    return max(known) if known else None
-
-
-def node_time(cost: NodeCost, hw: HardwareSpec, binding: Mapping[str, int]) -> float | None:
-    """max(compute, memory) of one node as its own kernel, at DRAM bandwidth (None when both are unknown)."""
+def node_time(cost: NodeCost, hw: HardwareSpec, binding: Mapping[str, int], *, resident: Number = 0,
+              capacity: bool = True) -> float | None:
+    """``kernel_bound`` time of one node as its own kernel, ``resident`` of its bytes possibly on chip
+    (None when both times are unknown)."""
     flops = _num(cost.flops, binding)
     moved = None if cost.bytes_read is None or cost.bytes_written is None else \
         _num(cost.bytes_read + cost.bytes_written, binding)
-    return _roof(None if flops is None else flops / hw.peak_for(cost.dtype)[0],
-                 None if moved is None else moved / hw.memory_bandwidth)
+    return kernel_bound(flops, moved, hw, dtype=cost.dtype, resident=resident, capacity=capacity).time_s
 
 
-def fusion_section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int]) -> FusionSection:
-    """Numbers for every group: time_unfused = Σ of its nodes' max(compute, memory); time_fused =
-    max(group FLOPs / peak(anchor's or first kernel's dtype), bytes_fused / DRAM bandwidth)."""
+def fusion_section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int], *, capacity: bool = True,
+                   residency: str = "cold") -> FusionSection:
+    """Numbers for every group: time_unfused = Σ of its nodes' ``kernel_bound`` times, each node as the report's
+    ``nodes`` bound it (the same capacity and residency); time_fused = ``kernel_bound`` of the group as one
+    kernel: its FLOPs at the peak of the anchor's (or first kernel's) dtype, ``bytes_fused`` with the
+    activations crossing the group resident (cold) or every byte (warm)."""
     with _no_cyclic_gc():
-        return _section(result, hw, binding)
+        return _section(result, hw, binding, capacity, residency)
 
 
-def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int]) -> FusionSection:
+def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int], capacity: bool,
+             residency: str) -> FusionSection:
+    if residency not in RESIDENCIES:
+        raise ValueError(f"residency must be one of {', '.join(RESIDENCIES)}, got {residency!r}")
     rows: list[GroupNumbers] = []
+    kernels: list[Bound] = []
     t_unf = t_fus = 0.0
     b_unf: Number = 0
     b_fus: Number = 0
     unknown = 0
     costs, infos = result.costs, result.infos
-    bandwidth = hw.memory_bandwidth
-    peaks: dict[str, float] = {}
+    onchip = bool(capacity and hw.levels())  # as roofline(): resident bytes only matter with on-chip levels
+    warm = residency == "warm"
+    graph = result.graph
+    outputs = frozenset(graph.output_names)
+    activations: dict[str, Number] = {}  # tensor → its bytes when it may stay on chip (cold), else 0
 
     values: dict[Any, Any] = {}  # symbolic count (or a pair of them, summed) → its value
-
-    def peak(dtype: str) -> float:
-        got = peaks.get(dtype)
-        if got is None:
-            got = peaks[dtype] = hw.peak_for(dtype)[0]
-        return got
 
     def num(value: Dim | None) -> Number | None:
         got = values.get(value, _MISSING)
         if got is _MISSING:
             got = values[value] = _num(value, binding)
         return got  # type: ignore[return-value]
+
+    def resident_of(tensors: Iterable[str]) -> Number:
+        """Bytes of ``tensors`` that may stay on chip: activations that are not graph outputs (roofline's
+        ``_onchip_bytes``), each distinct tensor once."""
+        total: Number = 0
+        for name in dict.fromkeys(tensors):
+            got = activations.get(name)
+            if got is None:
+                got = 0
+                t = graph.tensor(name)
+                if name not in outputs and t is not None and t.kind == TensorKind.ACTIVATION:
+                    b = tensor_bytes(t)
+                    got = 0 if b is None else (num(b) or 0)
+                activations[name] = got
+            total += got
+        return total
 
     for g in result.groups:
         flops, unf, fus = g.flops, g.bytes_unfused, g.bytes_fused
@@ -732,7 +752,8 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int])
             unf = num(unf)
         if type(fus) is not int:
             fus = num(fus)
-        known: list[float] = []  # node_time of each node, when known
+        known: list[float] = []  # kernel_bound time of each node, when known
+        parts: list[Bound] = []
         missing = control = False
         for n in g.nodes:
             if infos[n].role is _CONTROL:
@@ -753,9 +774,12 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int])
                 moved = values.get((br, bw), _MISSING)
                 if moved is _MISSING:
                     moved = values[(br, bw)] = _num(br + bw, binding)
-            compute = None if f is None else f / peak(c.dtype)
-            memory = None if moved is None else moved / bandwidth
-            t = memory if compute is None else compute if memory is None or not memory > compute else memory
+            resident: Number = 0
+            if onchip and moved is not None and c.depth == 0:
+                resident = moved if warm else resident_of(r.name for r in (*c.inputs, *c.outputs))
+            k = kernel_bound(f, moved, hw, dtype=c.dtype, resident=resident, capacity=onchip and c.depth == 0)
+            parts.append(k)
+            t = k.time_s
             if t is None:
                 missing = True
             else:
@@ -763,10 +787,14 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int])
         time_unf = sum(known) if known else None
         if control:
             time_fus = time_unf
+            kernels.append(sum_bounds(parts))
         else:
-            compute = None if flops is None else flops / peak(g.dtype)
-            memory = None if fus is None else fus / bandwidth
-            time_fus = memory if compute is None else compute if memory is None or not memory > compute else memory
+            resident = 0
+            if onchip and fus is not None:
+                resident = fus if warm else resident_of((*g.inputs, *g.outputs))
+            fused = kernel_bound(flops, fus, hw, dtype=g.dtype, resident=resident, capacity=onchip)
+            kernels.append(fused)
+            time_fus = fused.time_s
         if flops is None or unf is None or fus is None or missing:
             unknown += 1
         if unf is not None and fus is not None:
@@ -781,7 +809,7 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int])
             "outputs": g.outputs})
         rows.append(row)
     totals = FusionTotals(len(rows), b_unf, b_fus, b_unf - b_fus, t_unf, t_fus, t_unf - t_fus, unknown)
-    return FusionSection(result.policy, tuple(rows), result.boundaries, totals, result)
+    return FusionSection(result.policy, tuple(rows), result.boundaries, totals, result, tuple(kernels))
 
 
 __all__ = [

@@ -33,6 +33,7 @@ from graphcost.graph import Graph, TensorKind, dtype_bits
 from graphcost.hardware.interconnect import Cluster
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.passes._blocks import Blocks
+from graphcost.passes.roofline import kernel_bound
 from graphcost.passes.training import TrainingCost, TrainingNode
 
 PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum"})
@@ -148,11 +149,12 @@ def _spans(cluster: Cluster, stride: int, size: int) -> bool:
     return stride * size > cluster.devices_per_node
 
 
-def _times(n: TrainingNode, hw: HardwareSpec, split: int) -> tuple[float, float]:
-    peak = hw.peak_for(n.dtype)[0]
+def _times(n: TrainingNode, hw: HardwareSpec, split: int) -> tuple[float, float, float]:
+    """Compute, memory and bound seconds of one node's forward + backward on one device of ``split``."""
     flops = ((n.forward_flops or 0) + (n.backward_flops or 0)) / split
     moved = ((n.forward_bytes or 0) + (n.backward_bytes or 0)) / split
-    return flops / peak, moved / hw.memory_bandwidth
+    k = kernel_bound(flops, moved, hw, dtype=n.dtype, capacity=False)  # per device: every byte at DRAM, on purpose
+    return k.compute_s or 0.0, k.memory_s or 0.0, k.time_s or 0.0
 
 
 def parallel(graph: Graph, cost: TrainingCost, blocks: Blocks, options: ParallelOptions, *,
@@ -189,10 +191,10 @@ def parallel(graph: Graph, cost: TrainingCost, blocks: Blocks, options: Parallel
         split = t if (n.op_type in PRODUCTS and n.name in block_of) else 1
         flops[s] += ((n.forward_flops or 0) + (n.backward_flops or 0)) / split
         moved[s] += ((n.forward_bytes or 0) + (n.backward_bytes or 0)) / split
-        c, mem = _times(n, hardware, split)
-        time[s] += max(c, mem)
+        c, mem, node_s = _times(n, hardware, split)
+        time[s] += node_s
         bshare = (n.backward_flops or 0) / max((n.forward_flops or 0) + (n.backward_flops or 0), 1)
-        backward[s] += max(c, mem) * bshare
+        backward[s] += node_s * bshare
         kept[s].update(dict.fromkeys(n.saved))
         extra[s] += n.extra_saved_bytes
         if n.name in block_of:

@@ -35,6 +35,7 @@ from graphcost.graph import Graph, Node, Tensor, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.ops import FLOPS_PER_MAC, Kind, lookup
 from graphcost.passes.costs import CostResult, NodeCost, tensor_bytes
+from graphcost.passes.roofline import kernel_bound
 
 Number = int | float
 
@@ -369,15 +370,16 @@ def training_cost(graph: Graph, costs: CostResult, binding: Mapping[str, int],
         row = _node(graph, node, cost, binding)
         rows.append(row)
         if hardware is not None:
-            peak = hardware.peak_for(row.dtype)[0]
             for flops, moved, fwd in ((row.forward_flops, row.forward_bytes, True),
                                       (row.backward_flops, row.backward_bytes, False)):
-                c, m = (flops or 0) / peak, (moved or 0) / hardware.memory_bandwidth
+                # a per-device step estimate: every byte at DRAM bandwidth, on purpose (capacity=False)
+                k = kernel_bound(flops or 0, moved or 0, hardware, dtype=row.dtype, capacity=False)
+                c, m, t = k.compute_s or 0.0, k.memory_s or 0.0, k.time_s or 0.0
                 compute, memory = compute + c, memory + m
                 if fwd:
-                    fwd_time += max(c, m)
+                    fwd_time += t
                 else:
-                    bwd_time += max(c, m)
+                    bwd_time += t
     for name, t in graph.tensors().items():
         if is_activation(graph, name):
             sizes[name] = _bytes(t, binding) or 0

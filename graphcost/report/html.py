@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from graphcost.passes.roofline import kernel_bound
 from graphcost.report.model import Report
 from graphcost.report.units import bytes_, seconds, si
 
@@ -211,13 +212,16 @@ def _points(report: Report) -> tuple[list[Point], int, str]:
     pts: list[Point] = []
     skipped = 0
     if report.fusion is not None:
-        for g in report.fusion.groups:
+        kernels = report.fusion.kernels
+        for i, g in enumerate(report.fusion.groups):
             f, b, t = g.flops, g.bytes_fused, g.time_fused_s
             if not f or not b or not t or f <= 0 or b <= 0 or t <= 0:
                 skipped += 1
                 continue
-            dtype = dtypes.get(g.anchor or (g.nodes[0] if g.nodes else ""), "float32")
-            bound = "compute" if f / hw.peak_for(dtype)[0] >= b / hw.memory_bandwidth else "memory"
+            bound = kernels[i].bound if i < len(kernels) else None  # the group's kernel_bound, as fusion timed it
+            if bound is None:
+                dtype = dtypes.get(g.anchor or (g.nodes[0] if g.nodes else ""), "float32")
+                bound = kernel_bound(f, b, hw, dtype=dtype, capacity=False).bound or "memory"
             label = (f"group {g.id} ({len(g.nodes)} node{'s' if len(g.nodes) != 1 else ''}, anchor "
                      f"{g.anchor or '-'}): {si(f, 'FLOP')}, {bytes_(b)} fused, {f / b:.3g} FLOP/B, "
                      f"{seconds(t)} {bound}-bound")
