@@ -192,3 +192,32 @@ def test_plain_dim_names_are_judged_without_a_parse(monkeypatch: pytest.MonkeyPa
     d = onnx.TensorShapeProto.Dimension(dim_param="unk__x_0")
     assert shapes._dim_unresolved(d, frozenset({"batch"})) and not shapes._dim_unresolved(d, frozenset({"unk__x_0"}))
     assert shapes._dim_unresolved(d)  # a minted name, without known input dims
+
+
+# --------------------------------------------------------------------------- the parameter split stays linear
+def test_parameter_split_takes_each_tensor_table_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Graph.tensors() copies the whole table; asked per node it made the split quadratic (synthetic-100k: 78 s)
+    import numpy as np
+
+    from graphcost.graph import Graph
+    from graphcost.load import Model
+    from graphcost.params import split_parameters
+    from graphcost.passes.shapes import infer_shapes
+
+    n = 40
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.eye(4, dtype=np.float32).ravel().tolist())
+    nodes = []
+    for i in range(n):  # an Identity copy of the weight (a deduplicated initializer) and a MatMul by it, per layer
+        nodes += [helper.make_node("Identity", ["w"], [f"w{i}"]),
+                  helper.make_node("MatMul", [f"h{i}" if i else "x", f"w{i}"], [f"h{i + 1}" if i + 1 < n else "y"])]
+    graph = helper.make_graph(nodes, "layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = infer_shapes(Model(proto, None, None)).graph
+    calls = []
+    real = Graph.tensors
+    monkeypatch.setattr(Graph, "tensors", lambda self: calls.append(1) or real(self))
+    split = split_parameters(g, proto, 16)
+    assert split.stored_count == 16  # one 4×4 weight, stored once
+    assert split.learnable_count + split.buffer_count == split.stored_count + split.merged_count
+    assert len(calls) <= 5  # a constant number of tables per graph, not one per node (2n + … before)
