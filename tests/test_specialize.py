@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -564,7 +563,10 @@ def test_torchvision_swin_t_static_export_matches_published_macs(tmp_path: Any) 
     script = tmp_path / "export.py"
     path = tmp_path / "swin_t.onnx"
     script.write_text(_SWIN_EXPORT)
-    done = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, timeout=600,
+    import real_exports  # the interpreter that has torchvision (.venv-tv in CI: it cannot sit in the main venv)
+
+    done = subprocess.run([real_exports.torchvision_python(), str(script), str(path)], capture_output=True,
+                          text=True, timeout=600,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     if done.returncode != 0:
         pytest.skip(f"torchvision export unavailable: {done.stderr.strip().splitlines()[-1:]}")
