@@ -287,3 +287,21 @@ def test_hardware_spec_crosses_to_workers_whole() -> None:
                         cache_levels=((1 << 16, 9e10), (1 << 20, 8e10), (1 << 25, 7e10)), kind="measured")
     back = spec_from_dict(json.loads(json.dumps(spec_to_dict(spec))))
     assert back == spec
+
+
+def test_the_memory_limit_is_the_models_not_the_parents(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A child forked from a big parent (a session that imported torch: over 1 GiB of address space) starts with
+    the parent's mappings; --memory-limit bounds what the model's work adds, so a small model still analyzes."""
+    import mmap
+
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    onnx.save(small_model(0), str(zoo / "fine.onnx"))
+    reserved = mmap.mmap(-1, 2 << 30)  # 2 GiB of address space in this (parent) process, never touched
+    try:
+        code, _, err = audit(capsys, str(zoo), "--out", str(tmp_path / "out"), "--memory-limit", "768MiB")
+    finally:
+        reserved.close()
+    assert code == 0, err
+    rows = rows_of(tmp_path / "out")
+    assert [r["status"] for r in rows] == ["ok"], rows

@@ -240,8 +240,11 @@ def _limit_self(limits: Mapping[str, Any]) -> None:
     _die_with_parent()
     mem = limits.get("memory_bytes")
     if mem:
+        # what the model's work may add to the address space this child starts with: a fork inherits its
+        # parent's mappings (a Python session that imported torch is past 1 GiB of it), which are not the model's
+        want = mem + (_address_space_bytes() or 0)
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        soft = mem if hard == resource.RLIM_INFINITY else min(mem, hard)
+        soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     timeout = limits.get("timeout_s")
     if timeout:
@@ -257,6 +260,18 @@ def _limit_self(limits: Mapping[str, Any]) -> None:
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     os.close(devnull)
+
+
+def _address_space_bytes() -> int | None:
+    """This process's virtual size now (VmSize), or None where /proc is absent."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def peak_rss_bytes() -> int | None:
