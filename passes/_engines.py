@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import onnx
 
 from graphcost._dims import free_names, parse_dim, to_text
-from graphcost.graph import name_anonymous_input_dims, unknown_dim_name
+from graphcost.graph import graph_protos, name_anonymous_input_dims, unknown_dim_name
 from graphcost.passes import _osi_rules
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -141,20 +141,9 @@ def restore_dim_names(model: onnx.ModelProto, renamed: Mapping[str, str]) -> Non
 
 
 # ---------------------------------------------------------------------------- the hand-off
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _graphs(g)
-
-
 def _external_constants_to_initializers(model: onnx.ModelProto) -> None:
     """Constant nodes whose payload the scanner skipped become initializers of their graph (in place)."""
-    for g in _graphs(model.graph):
+    for g in graph_protos(model.graph):
         nodes = list(g.node)
         if not any(_external_constant(n) is not None for n in nodes):
             continue
@@ -192,7 +181,7 @@ def _detach_payloads(ir_model: object, proto: onnx.ModelProto, base_dir: str | N
 
     from graphcost import _scan
 
-    external = {t.name: t for g in _graphs(proto.graph) for t in g.initializer
+    external = {t.name: t for g in graph_protos(proto.graph) for t in g.initializer
                 if t.data_location == onnx.TensorProto.EXTERNAL}
     if not external:
         return

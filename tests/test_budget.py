@@ -5,19 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from clihelp import run_cli as run
 
 from graphcost import gap
 from graphcost.budget import Budget, frame_slice_s, measured
-from graphcost.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as e:  # argparse exits by itself on flag errors
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_problem_4_api() -> None:

@@ -10,10 +10,10 @@ import onnx
 import onnx.helper as oh
 import onnx.parser
 import pytest
+from clihelp import run_cli as run
 from onnx import TensorProto, numpy_helper
 
 import graphcost
-from graphcost.cli import main
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.whatif import Options, what_if
 
@@ -22,13 +22,6 @@ EDGE = HardwareSpec("edge", {"float32": 2e12}, 50e9)  # the chapter's reference 
 EDGE16 = HardwareSpec("edge16", {"float16": 4e12}, 50e9)  # Problem 2's device: 50 GB/s
 
 
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as e:  # argparse exits by itself on flag errors
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def save(m: onnx.ModelProto, tmp_path: Path, name: str) -> str:
