@@ -61,7 +61,7 @@ def _view(path: Path) -> Any:
 
 
 def test_onnxruntime_genai_builder_int4(tmp_path: Path) -> None:
-    pytest.importorskip("onnxruntime_genai", reason="pip install --no-deps onnxruntime-genai")
+    pytest.importorskip("onnxruntime_genai", reason="pip install 'graphcost[llm]' (onnxruntime-genai)")
     hf = _hf_dir(tmp_path)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-m", str(hf), "-i", str(hf),
