@@ -15,7 +15,6 @@ The exports run in ``--tv-python``, an interpreter where ``import torchvision`` 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import subprocess
 import sys
@@ -32,39 +31,11 @@ CAUSES = {
 
 
 def _child(module: str, name: str, out: str, exporter: str = "legacy") -> int:
+    """Export one model in this (torchvision) interpreter with the tests' builder; print its published facts."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from real_exports import install_torchvision_cpu_ops
+    from tv_convention_exports import export
 
-    install_torchvision_cpu_ops()
-    import torch
-    import torchvision.models as tvm
-
-    mod = {"classification": tvm, "quantization": tvm.quantization, "segmentation": tvm.segmentation}[module]
-    weights = tvm.get_model_weights(f"quantized_{name}" if module == "quantization" else name).DEFAULT
-    kwargs: dict[str, object] = {"weights": None, "quantize": True} if module == "quantization" else {"weights": None}
-    if module == "segmentation":
-        kwargs["weights_backbone"] = None
-        if "aux_loss" in inspect.signature(getattr(mod, name)).parameters:
-            kwargs["aux_loss"] = True  # the published weights carry the auxiliary head (num_params counts it)
-    torch.backends.mha.set_fastpath_enabled(False)  # eval nn.MultiheadAttention's fused kernel has no symbolic
-    torch.manual_seed(0)
-    model = getattr(mod, name)(**kwargs).eval()
-    size = weights.transforms().crop_size if hasattr(weights.transforms(), "crop_size") else [520]
-    side = size[0] if isinstance(size, list) else size
-    x = torch.rand(1, 3, side, side)
-    with torch.no_grad():
-        if exporter == "dynamo":  # optimize=False keeps BatchNorm; constants folded as export_torch does
-            program = torch.onnx.export(model, (x,), dynamo=True, opset_version=18, optimize=False, verbose=False)
-            if program is None:
-                raise RuntimeError("torch.onnx.export returned no program")
-            import onnxscript.optimizer
-
-            onnxscript.optimizer.fold_constants(program.model)
-            onnxscript.optimizer.remove_unused_nodes(program.model)
-            program.save(out, external_data=False)
-        else:  # without constant folding the eval peephole that fuses BN into Conv does not run
-            torch.onnx.export(model, (x,), out, dynamo=False, opset_version=17, do_constant_folding=False)
-    print(json.dumps({"ops": weights.meta["_ops"], "num_params": weights.meta["num_params"]}))
+    print(json.dumps(export(module, name, exporter, out)))
     return 0
 
 
