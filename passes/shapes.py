@@ -233,7 +233,8 @@ def _specialize_rounds(stripped: onnx.ModelProto, typed: TypeTable, names: list[
         work = spec
         inf = _onnx_infer(work, [])
         typed = _merge(_collect_types(inf.graph), typed, known)
-        *_, typed, _ = _symbolic_turns(work, inf, typed, names, known, base_dir, dep, notes)
+        open_names = [n for n in names if n not in dep.tainted]  # the engine never decides a tainted shape
+        *_, typed, _ = _symbolic_turns(work, inf, typed, open_names, known, base_dir, dep, notes)
         if not _unresolved(inf.graph, typed, names):
             break
     return typed, changed
