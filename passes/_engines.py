@@ -23,6 +23,9 @@ What this module adds around it:
 - **Shape data.** The engine carries the values of shape tensors through Shape/Slice/Concat but not
   through Where on an Equal, ConstantOfShape or an integer Div; exporters build Reshape/Expand targets with
   them (T5, ViT, wav2vec2). :mod:`graphcost.passes._osi_rules` adds those, around each call only.
+- **Only what is open.** The engine walks every node it is handed, so the cost of a run grows with the
+  model, not with what is left to decide; :func:`open_cone` hands it the nodes of the values still open and
+  what feeds them (see there).
 - **Minted names.** The engine names a dim it cannot express ``_d0``, ``_d1``... by a counter, and onnx's
   C++ inference ``unk__0``...; :func:`name_minted_dims` renames both after the first (tensor, axis) that
   carries them, in graph order, so the same model gives the same names in every process.
@@ -33,14 +36,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import onnx
 
-from graphcost._dims import free_names, parse_dim, to_text
+from graphcost import _sym
+from graphcost._dims import parse_dim, text_names, to_text
 from graphcost.graph import graph_protos, name_anonymous_input_dims, unknown_dim_name
 from graphcost.passes import _osi_rules
+from graphcost.passes._datadep import _reads
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN_PREFIX = "gc_dim"
@@ -238,7 +243,7 @@ def symbolic_infer(model: onnx.ModelProto, base_dir: str | None, *, constraints:
     except Exception as e:
         return EngineRun({}, f"onnx-shape-inference could not read the model: {_first_line(e)}")
     _detach_payloads(ir_model, copy, base_dir)
-    with _quiet(), _osi_rules.installed():
+    with _quiet(), _osi_rules.installed(), _sym.memoized_str():
         try:
             infer_symbolic_shapes(ir_model, warn_on_missing=False, adopt_declared_symbols=constraints)
         except Exception as e:  # what it typed before the failing node stays on the model
@@ -272,6 +277,132 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
+# ---------------------------------------------------------------------------- the open cone
+CONE_SMALL_VALUES = 64
+"""A static tensor of at most this many elements may be a shape value: its producer stays in the cone."""
+CONE_MOST = 0.5
+"""A cone with more than this share of the top-level nodes is not worth cutting out."""
+
+
+def open_cone(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto], open_values: Collection[str],
+              known: frozenset[str]) -> onnx.ModelProto | None:
+    """A new model of the nodes that decide ``open_values``, or None when the whole ``model`` should be handed
+    over. ``known`` are the graph inputs' dim names; ``model`` is not changed.
+
+    onnx-shape-inference walks every node of the model it is handed, so on a large export where a handful of
+    values stay open (one op it cannot size in a static graph) every run paid for the whole graph. The cone
+    starts at the top-level nodes that produce an open value and walks back from their inputs:
+
+        open value ─ its node ─ input v ─┬─ v is open, or small and static (it may carry shape *values*:
+                                         │  Shape → Gather → Concat → Reshape), or written in an expression:
+                                         │  v's producer joins the cone and the walk goes on from it
+                                         └─ otherwise (every dim a number or an input dim's plain name):
+                                            v becomes a graph input of the cone, typed as the pass has it
+
+    The cut is only where the engine would learn nothing more from the producer than from the type: a
+    large static or plainly named tensor carries no shape data the engine tracks (it tracks values of small
+    integer tensors only), and its type is the one the pass already holds. Expressions are not cut because
+    the engine would then read ``floor(h/2)`` as an opaque name and write results in it; the walk goes on.
+    Nodes inside subgraphs go with their top-level node; the outer values they read count as its inputs.
+    When the cone would hold more than half the model, the whole model is handed over (nothing to gain).
+    """
+    g = model.graph
+    owner: dict[str, int] = {}  # value -> index of the top-level node that makes it (in a subgraph too)
+    for k, node in enumerate(g.node):
+        for o in node.output:
+            if o:
+                owner[o] = k
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            for sub in _node_subgraphs(node):
+                for inner in sub.node:
+                    for o in inner.output:
+                        if o:
+                            owner[o] = k
+    seeds = {owner[v] for v in open_values if v in owner}
+    if not seeds:
+        return None
+    keep: set[int] = set()
+    cut: dict[str, onnx.TypeProto] = {}
+    work = sorted(seeds)
+    limit = CONE_MOST * len(g.node)
+    while work:
+        k = work.pop()
+        if k in keep:
+            continue
+        keep.add(k)
+        if len(keep) > limit:
+            return None
+        for v in _reads(g.node[k]):
+            p = owner.get(v)
+            if p is None or p in keep:
+                continue
+            t = types.get(v)
+            if t is not None and _cuttable(t, known):
+                cut[v] = t
+            else:
+                work.append(p)
+    return _cone_model(model, keep, cut, set(open_values))
+
+
+def _cuttable(t: onnx.TypeProto, known: frozenset[str]) -> bool:
+    """Whether a value of this type may become a graph input of the cone (see the module docstring)."""
+    if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape") or not t.tensor_type.elem_type:
+        return False
+    n = 1
+    for d in t.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            n *= d.dim_value
+        elif d.HasField("dim_param") and d.dim_param in known:
+            n = CONE_SMALL_VALUES + 1  # a named dim: never a small static value
+        else:
+            return False
+    return n > CONE_SMALL_VALUES
+
+
+def _node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    out: list[onnx.GraphProto] = []
+    todo = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    todo += [s for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for s in a.graphs]
+    while todo:
+        sub = todo.pop()
+        out.append(sub)
+        for inner in sub.node:
+            todo += [a.g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPH]
+            todo += [s for a in inner.attribute if a.type == onnx.AttributeProto.GRAPHS for s in a.graphs]
+    return out
+
+
+def _cone_model(model: onnx.ModelProto, keep: set[int], cut: Mapping[str, onnx.TypeProto],
+           open_values: set[str]) -> onnx.ModelProto:
+    g = model.graph
+    nodes = [g.node[k] for k in sorted(keep)]  # graph order
+    read = {v for n in nodes for v in _reads(n)}
+    made = {o for n in nodes for o in n.output if o}
+    out = onnx.ModelProto()
+    out.ir_version = model.ir_version
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    cg = out.graph
+    cg.name = g.name
+    cg.input.extend(vi for vi in g.input if vi.name in read)
+    for name, t in cut.items():
+        vi = cg.input.add()
+        vi.name = name
+        vi.type.CopyFrom(t)
+    cg.initializer.extend(t for t in g.initializer if t.name in read)
+    cg.sparse_initializer.extend(t for t in g.sparse_initializer if t.values.name in read)
+    cg.node.extend(nodes)
+    cg.value_info.extend(vi for vi in g.value_info if vi.name in made)
+    outputs = [vi for vi in g.output if vi.name in made]
+    named = {vi.name for vi in outputs}
+    for o in (o for n in nodes for o in n.output if o):
+        if o in open_values and o not in named:
+            outputs.append(onnx.helper.make_empty_tensor_value_info(o))
+            named.add(o)
+    cg.output.extend(outputs)
+    return out
+
+
 # ---------------------------------------------------------------------------- deterministic names
 def name_minted_dims(types: TypeTable, order: Iterable[str], graph: onnx.GraphProto) -> TypeTable:
     """Rename counter-minted dim symbols after the first (tensor, axis) that carries them.
@@ -296,7 +427,7 @@ def name_minted_dims(types: TypeTable, order: Iterable[str], graph: onnx.GraphPr
             for axis, d in enumerate(shape.dim):
                 if not d.HasField("dim_param") or not _maybe_minted(d.dim_param):
                     continue
-                for sym in sorted(free_names(parse_dim(d.dim_param))):
+                for sym in sorted(text_names(d.dim_param)):  # a plain name needs no sympy (nor its import)
                     if sym in rename or sym in model_names or not _MINTED.fullmatch(sym):
                         continue
                     new = unknown_dim_name(name, axis)

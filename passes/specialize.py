@@ -49,7 +49,7 @@ Everything walks lists in graph order, so the same input gives the same output b
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -201,7 +201,9 @@ class _Sweep:
                 known.pop(vi.name, None)
                 shapes.pop(vi.name, None)
         # (node, its position in the graph as given: unnamed Ifs are named by it, as the Graph names them)
-        pending: list[tuple[onnx.NodeProto, int]] = [(n, k) for k, n in enumerate(g.node)]
+        # a deque: inlined branches and unrolled bodies go in at the front; a list's pop(0) is quadratic in the
+        # node count (100,000 pops: 1.34 s against 0.017 s on the benchmark machine, loaded; Swin-T's 6,261: 2 ms)
+        pending: deque[tuple[onnx.NodeProto, int]] = deque((n, k) for k, n in enumerate(g.node))
         kept: list[onnx.NodeProto] = []
         evaluated: set[int] = set()  # positions in ``kept`` of evaluated nodes
         seqs: dict[str, list[str]] = dict(outer_seqs or {})  # sequence value -> its elements' names
@@ -209,17 +211,18 @@ class _Sweep:
             for vi in g.input:
                 seqs.pop(vi.name, None)
         while pending:
-            node, index = pending.pop(0)
+            node, index = pending.popleft()
             if node.domain in _DEFAULT and node.op_type == "If":
                 branch = self._taken(node, known)
                 if branch is not None:
                     name = node.name or f"If_{index}"
-                    pending[:0] = [(n, index) for n in self._inline(g, node, branch, name, known, shapes)]
+                    inlined = self._inline(g, node, branch, name, known, shapes)
+                    pending.extendleft((n, index) for n in reversed(inlined))
                     continue
             if node.domain in _DEFAULT and node.op_type == "Loop" and self.fold:
                 unrolled = self._unroll(g, node, node.name or f"Loop_{index}", known, shapes)
                 if unrolled is not None:
-                    pending[:0] = [(n, index) for n in unrolled]
+                    pending.extendleft((n, index) for n in reversed(unrolled))
                     continue
             if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
                 for a in node.attribute:
