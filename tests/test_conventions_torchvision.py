@@ -1,7 +1,8 @@
 """torchvision's published numbers, reproduced: ``--as torchvision`` equals each weights enum's ``_ops`` (GMACs,
 3 published decimals) and the learnable parameters equal ``num_params`` exactly, on a representative subset of
-the classification, quantized and segmentation models (the full list: ``bench/bench_torchvision_ops.py``, table
-in docs/conventions.md).
+the classification, quantized and segmentation models, with both exporters (the full list:
+``bench/bench_torchvision_ops.py``, table in docs/conventions.md). Where the dynamo path's constant folding stores
+values computed from parameters (maxvit_t, Swin), the difference is pinned in closed form instead.
 
 Models are built with random weights (torchvision's own init, seed 0) and exported at their weights' published
 size with BatchNorm kept, in a child process (``tests/tv_convention_exports.py``) run by the interpreter that can
@@ -41,6 +42,8 @@ CASES = (  # (module, name, exporter)
     ("classification", "convnext_tiny", "legacy"),
     ("classification", "vit_b_16", "legacy"),
     ("classification", "swin_v2_t", "legacy"),  # relative_coords_table: a float buffer fed to a Linear
+    ("classification", "swin_t", "legacy"),  # window attention (V1): analyzed since the front-door fix
+    ("classification", "vit_b_16", "dynamo"),
     ("quantization", "mobilenet_v3_large", "legacy"),
     ("segmentation", "lraspp_mobilenet_v3_large", "legacy"),
 )
@@ -83,3 +86,19 @@ def test_published_numbers(tv_python: str, tmp_path: Path, module: str, name: st
         assert split.learnable_count < facts["num_params"]  # the fold: 2C of gamma+beta became C of bias per BN
     else:
         assert split.learnable_count == facts["num_params"]  # model.parameters(), exactly
+
+
+def test_dynamo_folding_stores_the_gathered_position_bias(tv_python: str, tmp_path: Path) -> None:
+    """maxvit_t through the dynamo path: each attention's bias is its learnable relative-position table
+    ((2·7−1)² rows × h heads) gathered by a constant index buffer (49·49 entries); onnxscript's ``fold_constants``
+    evaluates that Gather and stores the result (h × 49 × 49) in place of the table. The file then holds more
+    float weights than the model has parameters, by a closed form: an exporter artifact, not a graphcost count
+    (the legacy export keeps the table and matches ``num_params``). The MACs are unchanged."""
+    out = tmp_path / "maxvit_t.onnx"
+    facts = _export(tv_python, "classification", "maxvit_t", "dynamo", out)
+    report = graphcost.analyze(out, fusion=False, memory=False, batchnorm=False)
+    assert round(as_convention(report, "torchvision").total / 1e9, 3) == facts["ops"]
+    heads = 2 * (2 * 2 + 2 * 4 + 5 * 8 + 2 * 16)  # 2 attentions (window, grid) per block; blocks (2,2,5,2) with
+    #   channels (64,128,256,512) / head_dim 32 = heads (2,4,8,16): 168 attention heads in all
+    per_head = 49 * 49 - 13 * 13  # the stored gathered bias (7²·7² per head) less the table it replaced (13² per head)
+    assert report.model.parameter_split.learnable_count == facts["num_params"] + heads * per_head  # + 374,976

@@ -49,6 +49,9 @@ def export(module: str, name: str, exporter: str, out: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"weights": None}
     if module == "quantization":
         kwargs["quantize"] = True
+    if module == "classification" and name.startswith("vit_"):
+        kwargs["image_size"] = weights.meta["min_size"][0]  # what vit_*(weights=...) sets (vision_transformer.py):
+        # the default 224 would refuse vit_h_14's 518 (SWAG_E2E); equal to the default for the other ViTs
     if module == "segmentation":
         kwargs["weights_backbone"] = None
         if "aux_loss" in inspect.signature(getattr(mod, name)).parameters:
