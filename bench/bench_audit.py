@@ -41,8 +41,6 @@ SPEEDUP_TARGET = 1.7
 
 CLI = (
     "import sys, graphcost.cli as c\n"
-    "if 'graphcost._cmd_audit' not in c.COMMAND_MODULES:\n"
-    "    c.COMMAND_MODULES = (*c.COMMAND_MODULES, 'graphcost._cmd_audit')\n"
     "sys.exit(c.main(sys.argv[1:]))\n"
 )
 

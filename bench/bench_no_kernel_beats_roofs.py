@@ -111,7 +111,7 @@ def _roofs_line(spec: HardwareSpec) -> str:
 
 def check(path: Path, runs: Sequence[Any], roofs: HardwareSpec, band: float) -> tuple[float, list[str], int]:
     """(smallest best-median ÷ bound, the rows that fail, rows checked) of one model over its rounds' runs."""
-    from graphcost import gap_report
+    from graphcost.measure import gap_report
 
     best: dict[tuple[str, str], Any] = {}
     for run in runs:

@@ -24,7 +24,7 @@ import os
 import sys
 import tempfile
 
-from graphcost.compare import CompareRow, Comparison, compare, render
+from graphcost.measure.compare import CompareRow, Comparison, compare, render
 
 SHAPE = 0.5
 """The seed's shape: batch-1 %peak below this fraction of batch 256's."""

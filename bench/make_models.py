@@ -59,7 +59,7 @@ def model_path(name: str) -> Path:
 def build_gpt2(name: str, seed: int = 0):  # type: ignore[no-untyped-def]
     """GPT-2 of the given size from models.reference's own blocks (its factory only builds the small config)."""
     sys.path.insert(0, str(ROOT))
-    from models.reference import GPT2Config, GPT2LMHeadModel, _seeded
+    from graphcost.models.reference import GPT2Config, GPT2LMHeadModel, _seeded
 
     cfg = GPT2Config(**GPT2_CONFIGS[name])
     return _seeded(lambda: GPT2LMHeadModel(cfg), seed)
@@ -69,8 +69,8 @@ def export_gpt2(name: str) -> None:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from models.export import export_reference
-    from models.reference import param_count
+    from graphcost.models.export import export_reference
+    from graphcost.models.reference import param_count
 
     torch.set_num_threads(2)
     out = model_path(name)

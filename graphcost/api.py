@@ -156,8 +156,8 @@ def gap(
     no cache yet), since a run on this machine is bounded by its own limits. ``budget_ms`` checks p99 at
     ``sustained_clock`` (``graphcost.gap.Budget``). Raises ValueError (bad input), ExportError, FrameworkMissing.
     """
-    from graphcost import gap_report, oneshot
-    from graphcost.measure import run_ort
+    from graphcost import oneshot
+    from graphcost.measure import gap_report, run_ort
 
     hw = _run_hardware(hardware)
     natives: list[Any] = []

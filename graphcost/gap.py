@@ -1,9 +1,10 @@
 """The gap report: measured time next to the bound, per model, ORT kernel and fusion group, with a diagnosis.
 
 Bounds here are the bounds of *sets of nodes* executed as one kernel: FLOPs = the sum over the set, bytes = the
-set's compulsory traffic (each tensor read from outside the set once, each tensor the set writes that is read
-outside it, or is a graph output, once), timed with the capacity-aware memory time of ``passes/roofline.py`` and
-``residency`` (``"warm"`` by default: a benchmark loop re-runs a model whose footprint may sit on chip).
+set's compulsory traffic (each storage read from outside the set once, each tensor the set writes that is read
+outside it, or is a graph output, once: ``passes/_storage.py``, the convention fusion groups use too), timed
+with the capacity-aware memory time of ``passes/roofline.py`` and ``residency`` (``"warm"`` by default: a
+benchmark loop re-runs a model whose footprint may sit on chip).
 
 Rows:
 - **kernel** — one unit of ORT's optimized graph (kernels linked by minted tensors, ``graphcost.fusion_ort``)
@@ -24,7 +25,7 @@ overhead (launch, dispatch, allocation, Python). Noise = the timer's resolution 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from graphcost._dims import Dim, evaluate
 from graphcost.budget import Budget as Budget  # moved: graphcost/budget.py; kept importable from here
 from graphcost.graph import Graph, TensorKind
 from graphcost.hardware.spec import HardwareSpec
-from graphcost.ops import lookup
+from graphcost.passes._storage import Storage
 from graphcost.passes.costs import NodeCost, tensor_bytes
 from graphcost.passes.roofline import Bound, kernel_bound
 
@@ -159,8 +160,6 @@ class SetBound:
 
 
 ZERO = SetBound(0, 0, 0, 0.0, 0.0, "float32")
-_ALIASING = ("view", "free")
-"""Node kinds that move no bytes (graphcost.ops._registry.Kind.VIEW / FREE)."""
 
 
 class Bounder:
@@ -176,6 +175,7 @@ class Bounder:
         self.capacity = capacity
         self._outputs = set(graph.output_names)
         self._bytes: dict[str, Number | None] = {}
+        self.storage = Storage.of(graph)
 
     def tensor_bytes(self, name: str) -> Number | None:
         if name not in self._bytes:
@@ -190,80 +190,28 @@ class Bounder:
         return t is not None and t.kind == TensorKind.ACTIVATION and name not in self._outputs
 
     def of(self, nodes: Iterable[str]) -> SetBound:
-        """The bound of ``nodes`` (top-level node names) as one kernel.
-
-        Views and metadata ops (Reshape, Identity, Shape…) move nothing themselves, as in the per-node rules; a
-        tensor that reaches a member through views inside the set is read as the view's input, and a member's
-        output that leaves the set through views inside it is still written.
-        """
+        """The bound of ``nodes`` (top-level node names) as one kernel: Σ of their FLOPs at the peak of the
+        heaviest member's dtype, and the set's crossing (``passes/_storage.py``: the one set-traffic convention,
+        which a fusion group's ``bytes_fused`` is too)."""
         members = [self.costs[n] for n in nodes if n in self.costs]
         inside = {c.name for c in members}
         flops: Number | None = 0
         heaviest: tuple[Number, str] = (-1, "float32")
-        reads: set[str] = set()
-        writes: set[str] = set()
         for c in members:
             f = None if c.flops is None else evaluate(c.flops, self.binding)
             flops = None if f is None or flops is None else flops + f
             if f is not None and f > heaviest[0]:
                 heaviest = (f, c.dtype)
-            if self._moves_nothing(c.name):
-                continue
-            for name in self._charged_inputs(c):
-                origin = self._origin(name, inside)
-                if origin is not None:
-                    reads.add(origin)
-            for ref in c.outputs:
-                if self._escapes(ref.name, inside, set()):
-                    writes.add(ref.name)
+        crossing = self.storage.crossing(inside)
+        reads = [self.storage.base_of(t) for t, _, _ in crossing.reads]  # the storage: a view of x is x in DRAM
+        writes = [t for t, _, _ in crossing.writes]
         return self._bound(flops, reads, writes, heaviest[1] if members else "float32")
-
-    def _charged_inputs(self, c: NodeCost) -> list[str]:
-        """The inputs the node's rule charges: all but the slots it declares free (shape operands and the like)."""
-        entry = lookup(c.domain, c.op_type)
-        free = entry.free_inputs if entry is not None else frozenset()
-        try:
-            node = self.graph.node(c.name)
-        except KeyError:
-            return [r.name for r in c.inputs]
-        return [t for slot, t in enumerate(node.inputs) if t and slot not in free]
-
-    def _moves_nothing(self, name: str) -> bool:
-        c = self.costs.get(name)
-        return c is not None and c.kind in _ALIASING
-
-    def _origin(self, tensor: str, inside: set[str]) -> str | None:
-        """The tensor a member really reads from outside the set (through views inside it), or None when the
-        data is produced inside the set."""
-        seen: set[str] = set()
-        while tensor not in seen:
-            seen.add(tensor)
-            prod = self.graph.producer(tensor)
-            if prod is None or prod.name not in inside:
-                return tensor
-            if not self._moves_nothing(prod.name) or not prod.inputs or not prod.inputs[0]:
-                return None
-            tensor = prod.inputs[0]
-        return None
-
-    def _escapes(self, tensor: str, inside: set[str], seen: set[str]) -> bool:
-        """Whether ``tensor`` (or a view of it made inside the set) is read outside the set or is an output."""
-        if tensor in self._outputs:
-            return True
-        seen.add(tensor)
-        for n in self.graph.consumers(tensor):
-            if n.name not in inside:
-                return True
-            if self._moves_nothing(n.name) and any(o and o not in seen and self._escapes(o, inside, seen)
-                                                   for o in n.outputs):
-                return True
-        return False
 
     def of_conversion(self, tensor: str) -> SetBound:
         """A layout/dtype conversion of ``tensor``: read it once, write it once."""
         return self._bound(0, {tensor}, {tensor}, "float32", twice=True)
 
-    def _bound(self, flops: Number | None, reads: set[str], writes: set[str], dtype: str, *,
+    def _bound(self, flops: Number | None, reads: Collection[str], writes: Collection[str], dtype: str, *,
                twice: bool = False) -> SetBound:
         moved: Number | None = 0
         resident: Number = 0

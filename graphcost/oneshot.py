@@ -73,7 +73,7 @@ def infer_framework(obj: Any) -> str | None:
     """``torch`` for an ``nn.Module``, ``tf`` for a Keras layer or model, a ``tf.Module`` or a ``tf.function``,
     ``jax`` for a flax.nnx module or a ``jax.jit``-wrapped function; for a plain function, the one framework its
     module imported (None when it imported none or several: pass ``framework=``)."""
-    from graphcost._cmd_export import _infer_framework
+    from graphcost.cli.export import _infer_framework
 
     found = _infer_framework(obj)
     if found is not None:

@@ -549,18 +549,19 @@ def to_toml(spec: HardwareSpec, aliases: Iterable[str] = ()) -> str:
             return _toml_float(v)
         return repr(v)
 
+    d = spec.to_dict(complete=True)
     fields: list[tuple[str, object]] = [
-        ("name", spec.name),
+        ("name", d["name"]),
         ("aliases", list(aliases)),
-        ("kind", spec.kind),
-        ("description", spec.description),
-        ("memory_bandwidth", float(spec.memory_bandwidth)),
-        ("onchip_bytes", spec.onchip_bytes),
-        ("onchip_bandwidth", spec.onchip_bandwidth),
-        ("cache_levels", [[cap, float(bw)] for cap, bw in spec.cache_levels] or None),
-        ("energy_per_byte", float(spec.energy_per_byte)),
-        ("sustained_power_w", spec.sustained_power_w),
-        ("sources", list(spec.sources)),
+        ("kind", d["kind"]),
+        ("description", d["description"]),
+        ("memory_bandwidth", float(d["memory_bandwidth"])),
+        ("onchip_bytes", d["onchip_bytes"]),
+        ("onchip_bandwidth", d["onchip_bandwidth"]),
+        ("cache_levels", [[cap, float(bw)] for cap, bw in d["cache_levels"]] or None),
+        ("energy_per_byte", float(d["energy_per_byte"])),
+        ("sustained_power_w", d["sustained_power_w"]),
+        ("sources", d["sources"]),
     ]
     lines = ["[[device]]"]
     lines += [f"{key} = {value(v)}" for key, v in fields if v is not None]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any
 
 DEFAULT_ENERGY_PER_BYTE = 160e-12
 """Joules per DRAM byte when a spec gives none: 160 pJ/B, the textbook off-chip figure."""
@@ -106,6 +107,46 @@ class HardwareSpec:
     def ridge_point(self, dtype: str = "float32") -> float:
         """Arithmetic intensity (ops/B) at which compute and DRAM bandwidth roofs meet."""
         return self.peak_for(dtype)[0] / self.memory_bandwidth
+
+    def to_dict(self, *, complete: bool = False) -> dict[str, Any]:
+        """The spec as JSON-ready values; the one place a spec becomes a dict.
+
+        Default: the roofs a report states (the ``hardware`` object of analyze, gap, compare and audit
+        reports), with the ridge point of every peak and no descriptive fields. ``complete=True``: every
+        field, in the form :meth:`from_dict` reads back (audit tasks cross processes this way;
+        ``catalog.to_toml`` writes these values).
+        """
+        if not complete:
+            return {
+                "name": self.name,
+                "peak_flops": dict(self.peak_flops),
+                "memory_bandwidth": self.memory_bandwidth,
+                "ridge_point": {k: v / self.memory_bandwidth for k, v in self.peak_flops.items()},
+                "onchip_bytes": self.onchip_bytes,
+                "onchip_bandwidth": self.onchip_bandwidth,
+                "cache_levels": [{"bytes": cap, "bandwidth": bw} for cap, bw in self.cache_levels],
+                "energy_per_byte": self.energy_per_byte,
+                "derating": None if self.derating is None else {"compute": self.derating[0],
+                                                                 "bandwidth": self.derating[1]},
+            }
+        return {
+            "name": self.name, "peak_flops": dict(self.peak_flops), "memory_bandwidth": self.memory_bandwidth,
+            "onchip_bytes": self.onchip_bytes, "onchip_bandwidth": self.onchip_bandwidth,
+            "energy_per_byte": self.energy_per_byte, "sustained_power_w": self.sustained_power_w, "kind": self.kind,
+            "description": self.description, "sources": list(self.sources),
+            "derating": None if self.derating is None else list(self.derating),
+            "cache_levels": [[cap, bw] for cap, bw in self.cache_levels], "memory_bytes": self.memory_bytes,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HardwareSpec:
+        """The spec :meth:`to_dict` (``complete=True``) wrote; JSON's lists read back as tuples."""
+        fields = dict(d)
+        fields["sources"] = tuple(fields.get("sources") or ())
+        if fields.get("derating") is not None:
+            fields["derating"] = tuple(fields["derating"])
+        fields["cache_levels"] = tuple((int(cap), float(bw)) for cap, bw in fields.get("cache_levels") or ())
+        return cls(**fields)
 
     def derated(
         self,

@@ -1,6 +1,6 @@
 """Regenerate the two tiny ONNX files shipped in ``models/`` (deterministic: same bytes on every run).
 
-    python -m models.build_shipped [--out-dir models] [--check]
+    python -m graphcost.models.build_shipped [--out-dir models] [--check]
 
 * ``tiny_cnn.onnx``: static input ``input`` [1, 3, 32, 32] -> ``logits`` [1, 10]; BatchNormalization nodes are kept
   (exported with the exporter's constant folding off), so the file has Conv, BatchNormalization, Relu, Add, MaxPool,
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from models.export import export_reference, verify_export
+from graphcost.models.export import export_reference, verify_export
 
 HERE = Path(__file__).resolve().parent
 
@@ -48,7 +48,7 @@ def _same(built: Path, committed: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m models.build_shipped", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m graphcost.models.build_shipped", description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", type=Path, default=HERE)
     p.add_argument("--check", action="store_true", help="fail if the files in --out-dir are not what we build")
     a = p.parse_args(argv)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         stale = [path.name for path in build(Path(tmp)) if not _same(path, a.out_dir / path.name)]
     if stale:
-        print(f"out of date: {', '.join(stale)}; run python -m models.build_shipped")
+        print(f"out of date: {', '.join(stale)}; run python -m graphcost.models.build_shipped")
         return 1
     print("shipped models are up to date")
     return 0

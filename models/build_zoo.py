@@ -1,6 +1,7 @@
 """Export the reference zoo to ``models/zoo/{framework}_{arch}.onnx`` (every export verified in onnxruntime).
 
-    python -m models.build_zoo [--out-dir models/zoo] [--frameworks torch,tf,jax] [--archs mlp,cnn,transformer]
+    python -m graphcost.models.build_zoo [--out-dir models/zoo] [--frameworks torch,tf,jax]
+        [--archs mlp,cnn,transformer]
 
 Shipped: mlp, cnn and transformer for each framework installed here (``dense`` is 4 MB of weights at its default
 width, so it is not shipped; export it with ``graphcost export ref:torch/dense``). Seed 0, opset 18, dynamic
@@ -84,7 +85,7 @@ def _names(text: str, allowed: Sequence[str], flag: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m models.build_zoo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m graphcost.models.build_zoo", description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", type=Path, default=ZOO_DIR)
     p.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     p.add_argument("--archs", default=",".join(SHIPPED_ARCHS))

@@ -2,7 +2,7 @@
 
 CLI (from the repo root)::
 
-    python -m models.export NAME OUT.onnx [--dynamic] [--batch N] [--seq N] [--image N] [--opset 17]
+    python -m graphcost.models.export NAME OUT.onnx [--dynamic] [--batch N] [--seq N] [--image N] [--opset 17]
                                           [--no-constant-folding] [--no-verify]
 
 NAME is one of ``models.reference.MODELS`` (resnet18, resnet50, mobilenet_v2, bert_base, gpt2_small, tiny_cnn,
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.reference import MODELS, build, example_inputs
+from graphcost.models.reference import MODELS, build, example_inputs
 
 __all__ = ["ExportMismatch", "dynamic_axes_for", "export_reference", "main", "verify_export"]
 
@@ -143,7 +143,7 @@ def verify_export(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m models.export", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m graphcost.models.export", description=__doc__.split("\n\n")[0])
     p.add_argument("name", choices=sorted(MODELS))
     p.add_argument("out", type=Path)
     p.add_argument("--dynamic", action="store_true", help="named dynamic dims: batch (and seq for text models)")

@@ -36,6 +36,7 @@ from typing import NamedTuple
 from graphcost._dims import Dim, evaluate, to_text
 from graphcost.graph import Graph, TensorKind
 from graphcost.hardware.spec import HardwareSpec
+from graphcost.ops import Kind, lookup
 from graphcost.passes.costs import CostResult, NodeCost, tensor_bytes
 
 Number = int | float
@@ -96,7 +97,8 @@ def _num(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
 
 
 def _onchip_bytes(graph: Graph | None, cost: NodeCost, binding: Mapping[str, int]) -> Number:
-    """Activation bytes of a node that may stay on chip (produced and consumed inside the graph)."""
+    """Activation bytes of a node that may stay on chip (produced and consumed inside the graph). A view's
+    output is what its storage is (``passes/_storage.py``): a Reshape of a graph input is not on chip."""
     if graph is None:
         return 0
     total: Number = 0
@@ -109,10 +111,29 @@ def _onchip_bytes(graph: Graph | None, cost: NodeCost, binding: Mapping[str, int
         t = graph.tensor(ref.name)
         if t is None or t.kind != TensorKind.ACTIVATION:
             continue
+        root = _storage_root(graph, ref.name)
+        if root != ref.name:
+            owner = graph.tensor(root)
+            if owner is None or owner.kind != TensorKind.ACTIVATION or root in outputs:
+                continue
         b = tensor_bytes(t)
         if b is not None:
             total += _num(b, binding) or 0
     return total
+
+
+def _storage_root(graph: Graph, name: str) -> str:
+    """The tensor owning ``name``'s storage: views (registry kind VIEW: Reshape, Squeeze, Identity…) alias
+    their first input."""
+    for _ in range(10_000):
+        node = graph.producer(name)
+        if node is None or not node.inputs or not node.inputs[0]:
+            return name
+        entry = lookup(node.domain, node.op_type)
+        if entry is None or entry.kind != Kind.VIEW:
+            return name
+        name = node.inputs[0]
+    return name
 
 
 RESIDENCIES = ("cold", "warm")

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from graphcost.compare import CompareRow, Comparison, compare, render
 from graphcost.gap import WALL_RESOLUTION_S, SetBound, diagnose
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.measure import Timing
+from graphcost.measure.compare import CompareRow, Comparison, compare, render
 
 FP32 = 4
 HW = HardwareSpec("cpu", {"float32": 140e9}, 10e9, cache_levels=((32 << 20, 60e9),))
@@ -120,11 +120,11 @@ def test_compare_flags_a_synthetic_time_faster_than_the_bound(tmp_path: Path,
     # The real torch export and its bounds, with every runner timed at a synthetic 1 ms: the diagnosis, %peak and
     # the ‼ marks follow from that time alone, so no measurement decides the outcome.
     pytest.importorskip("torch")
-    import graphcost.compare
     import graphcost.measure
+    import graphcost.measure.compare
 
     one_ms = SimpleNamespace(latency=Timing((1e-3,) * 3), threads=None, intra_op_threads=None)  # NativeTiming/OrtRun
-    monkeypatch.setattr(graphcost.compare, "_time_native", lambda *_a, **_k: one_ms)
+    monkeypatch.setattr(graphcost.measure.compare, "_time_native", lambda *_a, **_k: one_ms)
     monkeypatch.setattr(graphcost.measure, "run_ort", lambda *_a, **_k: one_ms)
     c = compare("dense", hardware=HW, batches=(1, 256), frameworks=("torch", "onnxruntime"), workdir=tmp_path)
     # batch 1: bound = 4,206,592 B ÷ 60 GB/s = 70.1 µs (warm: the set fits the 32 MiB level); 1 ms is 14× it

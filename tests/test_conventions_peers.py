@@ -37,7 +37,7 @@ from torch import nn  # noqa: E402
 import graphcost  # noqa: E402
 from graphcost.conventions import as_convention  # noqa: E402
 from graphcost.export._torch import export_torch  # noqa: E402
-from models import reference as R  # noqa: E402
+from graphcost.models import reference as R  # noqa: E402
 
 PEERS = ("torch", "fvcore", "ptflops", "thop")
 ONNX_PEERS = ("onnx-tool", "onnxsim")

@@ -199,7 +199,7 @@ def test_dynamic_batch_is_bound_by_dim(tmp_path: Path, capsys: pytest.CaptureFix
 def export_keeping_bn(name: str, path: Path) -> Path:
     """A legacy export with ``training=PRESERVE``: BatchNormalization nodes stay in the graph."""
     torch = pytest.importorskip("torch")
-    from models.reference import MODELS, build, example_inputs
+    from graphcost.models.reference import MODELS, build, example_inputs
 
     spec = MODELS[name]
     with warnings.catch_warnings(), torch.no_grad():

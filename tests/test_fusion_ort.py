@@ -17,9 +17,9 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from graphcost.cli import main
-from graphcost.fusion_ort import compare, map_back, optimize
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import load
+from graphcost.measure.fusion_ort import compare, map_back, optimize
 from graphcost.passes.costs import count_costs, tensor_bytes
 from graphcost.passes.fusion import FusionResult, fuse
 from graphcost.passes.shapes import infer_shapes
@@ -147,7 +147,7 @@ def test_cli_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], ar
 # --------------------------------------------------------------------------- heavy: real exports
 def _export(name: str, path: Path) -> Path:
     pytest.importorskip("torch")
-    from models.export import export_reference
+    from graphcost.models.export import export_reference
 
     return export_reference(name, path)
 

@@ -13,11 +13,10 @@ import onnx
 import onnx.parser
 import pytest
 
-from graphcost import gap_report
 from graphcost.gap import BANDS, Bounder, Budget, diagnose, faster_than_bound
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import load
-from graphcost.measure import OrtRun, Timing, run_ort
+from graphcost.measure import OrtRun, Timing, gap_report, run_ort
 from graphcost.passes.costs import count_costs
 from graphcost.passes.shapes import infer_shapes
 

@@ -14,9 +14,8 @@ import onnx.parser
 import pytest
 from clihelp import run_cli
 
-from graphcost import gap_report
 from graphcost.hardware.spec import HardwareSpec
-from graphcost.measure import run_ort
+from graphcost.measure import gap_report, run_ort
 from graphcost.report import gap_text
 from graphcost.report.csv import FUSION_COLUMNS, FUSION_ORT_COLUMNS
 

@@ -112,12 +112,12 @@ def test_blog_snippet_2_training_memory_with_adam(tmp_path: Path) -> None:
 def test_blog_snippet_3_dense_across_installed_frameworks(tmp_path: Path) -> None:
     """``examples/compare_frameworks.py`` in graphcost's words::
 
-        from graphcost.compare import compare, render
+        from graphcost.measure.compare import compare, render
         table = compare("dense", hardware=hardware, batches=(1, 16, 64, 256), workdir="/tmp/graphcost")
         print(render(table))
     """
-    from graphcost.compare import compare, render
     from graphcost.measure import installed_frameworks
+    from graphcost.measure.compare import compare, render
 
     have = [fw for fw, v in installed_frameworks().items() if v is not None]
     if not have:

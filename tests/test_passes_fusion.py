@@ -18,7 +18,7 @@ from onnx import TensorProto, numpy_helper
 from graphcost._dims import evaluate
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import load
-from graphcost.passes._fusion_policy import check
+from graphcost.passes._fusion_legality import check
 from graphcost.passes.costs import count_costs
 from graphcost.passes.fusion import (
     IDEAL,

@@ -487,7 +487,7 @@ def test_resnet50_matches_ideal_liveness(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parent.parent
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    from models.export import export_reference
+    from graphcost.models.export import export_reference
 
     path = tmp_path / "resnet50.onnx"
     export_reference("resnet50", path)

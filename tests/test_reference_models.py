@@ -123,8 +123,8 @@ def test_closed_forms_match_the_published_totals() -> None:
 
 def _export(name: str, path: Path, *, dynamic: bool, verify: bool = False) -> Path:
     pytest.importorskip("torch")
-    from models.export import export_reference, verify_export
-    from models.reference import build
+    from graphcost.models.export import export_reference, verify_export
+    from graphcost.models.reference import build
 
     model = build(name)
     export_reference(name, path, dynamic=dynamic, model=model)
@@ -140,7 +140,7 @@ def test_reference_table_matches_torch_flop_counter() -> None:
     torch = pytest.importorskip("torch")
     from torch.utils.flop_counter import FlopCounterMode
 
-    from models.reference import MODELS, REFERENCE, build, example_inputs, param_count
+    from graphcost.models.reference import MODELS, REFERENCE, build, example_inputs, param_count
 
     assert {name: macs for name, (_, macs) in REFERENCE.items()} == EXPECTED_MACS
     for name, spec in MODELS.items():
@@ -184,7 +184,7 @@ def test_dynamic_export_macs_and_formula(name: str, tmp_path: Path) -> None:
 @pytest.mark.heavy
 def test_shipped_models_are_reproducible() -> None:
     pytest.importorskip("torch")
-    from models.build_shipped import main
+    from graphcost.models.build_shipped import main
 
     assert main(["--check", "--out-dir", str(MODELS_DIR)]) == 0
 

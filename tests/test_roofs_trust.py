@@ -20,10 +20,9 @@ import pytest
 from clihelp import run_cli
 
 import graphcost.hardware.measure as meas
-from graphcost import gap_report
 from graphcost.hardware import catalog
 from graphcost.hardware.spec import HardwareSpec
-from graphcost.measure import Timing, run_ort
+from graphcost.measure import Timing, gap_report, run_ort
 from graphcost.measure.native import NativeRun
 from graphcost.measure.stats import BIMODAL_GAP, modes, timing
 from graphcost.report import gap_text
@@ -333,8 +332,8 @@ def test_bimodal_native_timing_is_flagged_with_its_threads(conv_run: tuple[str, 
 
 
 def test_compare_against_busy_roofs_warns_first_and_reports_no_accounting_error() -> None:
-    from graphcost.compare import Comparison, _row, busy_verdicts, render
     from graphcost.gap import SetBound
+    from graphcost.measure.compare import Comparison, _row, busy_verdicts, render
 
     busy = HardwareSpec("measured-x", {"float32": 1e9}, 1e9, kind="measured",
                         sources=(meas.busy_warning(2, 1.5) or "",))

@@ -1,4 +1,4 @@
-"""No command writes over its own inputs: the one output-path guard (graphcost/_outpath.py) in every command.
+"""No command writes over its own inputs: the one output-path guard (graphcost/cli/output.py) in every command.
 
 Each refused ``-o`` must exit 2 with one line on stderr, leave the model and its weights byte-identical, and fire
 before anything runs (no onnxruntime session, no measurement, no export).
@@ -21,7 +21,7 @@ import onnx.helper as oh
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from graphcost._outpath import OutputPathError, check_output, protected_paths
+from graphcost.cli.output import OutputPathError, check_output, protected_paths
 from tests.clihelp import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -159,14 +159,14 @@ class Exports:
     def cnn(self, name: str, exporter: str) -> Path:
         if exporter == "dynamo":
             pytest.importorskip("onnxscript")
-        from models.reference import build, example_inputs
+        from graphcost.models.reference import build, example_inputs
 
         return self._once(f"{name}_{exporter}", lambda p: tpm.export_torch(
             build(name), example_inputs(name), p, dynamo=exporter == "dynamo", input_names=["input"],
             dims={"input": {0: "batch"}}, output_names=["logits"]))
 
     def tiny_transformer(self) -> Path:
-        from models.export import export_reference
+        from graphcost.models.export import export_reference
 
         return self._once("tiny_transformer_legacy", lambda p: export_reference(
             "tiny_transformer", p, dynamic=True, opset=17))
@@ -315,7 +315,7 @@ def test_quantized(name: str, mode: str, exports: Exports, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("name", ["tiny_cnn", "resnet18"])
 def test_reference_cnn_dynamo(name: str, exports: Exports) -> None:
-    from models.reference import MODELS, REFERENCE
+    from graphcost.models.reference import MODELS, REFERENCE
 
     expected = REFERENCE[name][1] if name in REFERENCE else MODELS[name].macs
     assert expected == CNN_MACS[name]
@@ -382,9 +382,8 @@ def test_gap_no_kernel_beats_a_ceiling_spec(name: str, exporter: str, dims: dict
     # roofs and kernels interleaved). What a test can check whatever the load: against CEILING, roofs above what
     # this kind of machine reaches at any cache level, no real kernel is faster than its bound. Load only slows
     # the kernels down, so a failure here means bytes or FLOPs counted that the kernel does not move or do.
-    from graphcost import gap_report
     from graphcost.load import load
-    from graphcost.measure import run_ort
+    from graphcost.measure import gap_report, run_ort
 
     path = exports.hf(name, exporter)
     graph = load(path).graph()

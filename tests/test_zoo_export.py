@@ -101,7 +101,7 @@ def test_closed_forms_match_the_zoo_docstring() -> None:
 @pytest.mark.parametrize(("framework", "arch"), SHIPPED)
 def test_shipped_file_loads_and_is_small(framework: str, arch: str) -> None:
     path = ZOO_DIR / f"{framework}_{arch}.onnx"
-    assert path.is_file(), f"missing {path.name}: run python -m models.build_zoo"
+    assert path.is_file(), f"missing {path.name}: run python -m graphcost.models.build_zoo"
     assert path.stat().st_size < 1_000_000
     model = onnx.load(str(path))
     onnx.checker.check_model(model)
@@ -185,7 +185,7 @@ def test_missing_framework_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_importing_graphcost_export_imports_no_framework() -> None:
-    code = ("import sys, graphcost.export, graphcost.models.zoo, graphcost._cmd_export; "
+    code = ("import sys, graphcost.export, graphcost.models.zoo, graphcost.cli.export; "
             "print(sorted(m for m in ('torch', 'tensorflow', 'jax', 'flax', 'keras') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 
 def warm_up() -> None:
+    # lazy: loading the analysis stack (about 0.5 s) is this function's whole point, done once where it is called
     import onnx.parser
 
     import graphcost.api

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import graphcost
 from graphcost.audit.isolate import audit_one
 from graphcost.audit.local import OnResult
 from graphcost.audit.rows import make_row
@@ -27,8 +28,6 @@ class SchedulerError(Exception):
 
 
 def _worker_version() -> str:
-    import graphcost
-
     return graphcost.__version__
 
 
@@ -38,7 +37,6 @@ def run_dask(jobs: Sequence[Mapping[str, Any]], limits: Mapping[str, Any], on_re
         from distributed import Client, as_completed
     except ImportError:
         raise SchedulerError("--scheduler needs dask.distributed: pip install 'graphcost[scale]'") from None
-    import graphcost
 
     try:
         client = Client(address, timeout=connect_timeout_s)

@@ -85,6 +85,7 @@ def warm_up(ctx: multiprocessing.context.BaseContext) -> None:
     if ctx.get_start_method() == "fork":
         import gc
 
+        # lazy: the warm-up (the analysis stack, about 0.5 s) runs only where children are forked from
         from graphcost.audit import _preload  # noqa: F401  (imports and warms up on first import)
 
         gc.collect()
@@ -193,6 +194,7 @@ def run_children(tasks: Sequence[Mapping[str, Any]], limits: Mapping[str, Any], 
     Tasks start in the order given. On any exception (Ctrl-C included) every running child is killed
     before it propagates; tasks that had not finished get no outcome.
     """
+    # lazy: the worker's analysis stack (onnx and the pipeline, about 0.5 s) loads only when children run
     from graphcost.audit import worker
 
     ctx = ctx or context()

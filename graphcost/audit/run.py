@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import graphcost
 from graphcost.audit.find import (
     TargetError,
     discover,
@@ -26,6 +27,7 @@ from graphcost.audit.find import (
     skipped_jobs,
 )
 from graphcost.audit.isolate import decided_result
+from graphcost.audit.local import run_local
 from graphcost.audit.progress import Progress
 from graphcost.audit.rows import settings_key
 from graphcost.audit.store import Store, StoreError
@@ -77,11 +79,10 @@ class AuditResult:
 
 def key_settings(opts: AuditOptions) -> dict[str, Any]:
     """What the resume key covers besides the files: the roofs (not the device's prose), dims, flags, version."""
-    import graphcost
+    # lazy: the worker module brings the analysis stack (about 0.5 s); the parent needs it only for the key
     from graphcost.audit.worker import spec_from_dict
-    from graphcost.report.model import hardware_dict
 
-    out = {"hardware": hardware_dict(spec_from_dict(opts.hardware)), "dims": dict(sorted(opts.dims.items())),
+    out = {"hardware": spec_from_dict(opts.hardware).to_dict(), "dims": dict(sorted(opts.dims.items())),
            "capacity": opts.capacity, "graphcost": graphcost.__version__}
     inputs = _inputs_settings(opts)
     if inputs:  # only when given: the keys of earlier audits without them stay the same
@@ -147,6 +148,7 @@ def run_audit(opts: AuditOptions, progress_stream: Any = None, plain: bool = Fal
             analyze_start = time.monotonic()
             if to_run:
                 if opts.scheduler:
+                    # lazy: dask.distributed is an optional dependency (graphcost[scale]), only for --scheduler
                     from graphcost.audit.dask_backend import SchedulerError, run_dask
 
                     try:
@@ -154,8 +156,6 @@ def run_audit(opts: AuditOptions, progress_stream: Any = None, plain: bool = Fal
                     except SchedulerError as e:
                         raise AuditError(str(e)) from None
                 else:
-                    from graphcost.audit.local import run_local
-
                     run_local(to_run, limits, on_result, opts.jobs)
             analyze_s = time.monotonic() - analyze_start
 

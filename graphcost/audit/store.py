@@ -21,6 +21,7 @@ from typing import Any
 
 from graphcost.audit.rows import ROW_SCHEMA, canonical_json, row_line
 from graphcost.report.csv import csv_text
+from graphcost.report.html_audit import render_audit_html
 
 RESULTS = "results.jsonl"
 TIMINGS = "timings.jsonl"
@@ -110,8 +111,7 @@ class Store:
         rows = list(rows)
         _replace(self.path(SUMMARY_CSV), render_csv(rows))
         _replace(self.path(SUMMARY_JSON), json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        from graphcost.report.html_audit import render_audit_html  # the human-readable page, one row per model
-
+        # the human-readable page, one row per model
         _replace(self.path(SUMMARY_HTML), render_audit_html(rows))
 
 

@@ -62,23 +62,13 @@ ALARM_GRACE_S = 5
 
 
 def spec_to_dict(spec: HardwareSpec) -> dict[str, Any]:
-    return {
-        "name": spec.name, "peak_flops": dict(spec.peak_flops), "memory_bandwidth": spec.memory_bandwidth,
-        "onchip_bytes": spec.onchip_bytes, "onchip_bandwidth": spec.onchip_bandwidth,
-        "energy_per_byte": spec.energy_per_byte, "sustained_power_w": spec.sustained_power_w, "kind": spec.kind,
-        "description": spec.description, "sources": list(spec.sources),
-        "derating": None if spec.derating is None else list(spec.derating),
-        "cache_levels": [[cap, bw] for cap, bw in spec.cache_levels],
-    }
+    """``spec.to_dict(complete=True)``: the form a task carries across processes."""
+    return spec.to_dict(complete=True)
 
 
 def spec_from_dict(d: Mapping[str, Any]) -> HardwareSpec:
-    fields = dict(d)
-    fields["sources"] = tuple(fields.get("sources") or ())
-    if fields.get("derating") is not None:
-        fields["derating"] = tuple(fields["derating"])
-    fields["cache_levels"] = tuple((int(cap), float(bw)) for cap, bw in fields.get("cache_levels") or ())
-    return HardwareSpec(**fields)
+    """:meth:`HardwareSpec.from_dict` of :func:`spec_to_dict`'s form."""
+    return HardwareSpec.from_dict(d)
 
 
 # ----------------------------------------------------------------------------------------------------------------

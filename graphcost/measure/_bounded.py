@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphcost import _scan
 from graphcost.graph import node_attribute
 
 MAX_ITERATIONS = 10**6
@@ -259,8 +260,6 @@ class _Scope:
             return onnx.numpy_helper.to_array(t)
         if self.base_dir is None or int(np.prod([int(d) for d in t.dims])) > MAX_EVAL_ELEMENTS:
             return _Unknown(f"{t.name!r} is stored outside the model file")
-        from graphcost import _scan
-
         try:
             return _scan.read_external_payload(t, self.base_dir)
         except (_scan.ScanError, OSError, ValueError) as e:

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.load import display_path, external_files, load
+
 QUIET_SEVERITY = 4
 """ORT's FATAL. ERROR (3) still prints a failed kernel's status before the exception that carries it."""
 CPU = ("CPUExecutionProvider",)
@@ -73,8 +75,6 @@ def _openable(path: str) -> str | bytes:
         return path
     except UnicodeEncodeError:
         pass
-    from graphcost.load import display_path, external_files, load
-
     if external_files(load(path).proto, path):
         raise ValueError(f"{display_path(path)}: onnxruntime cannot open a model whose file name is not UTF-8 "
                          "when its weights are in external data files; rename it")

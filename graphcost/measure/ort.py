@@ -10,7 +10,7 @@ Two sessions with the same options:
    (``dur`` µs) and one ``cat: "Session"`` ``model_run`` event per run. Events are grouped into runs by the
    ``model_run`` time windows, the first ``warmup`` runs dropped, and each kernel gets one duration per profiled
    run (the sum of its events in that run; 0 in a run where it did not execute). Kernel names are the
-   optimized graph's; :func:`graphcost.fusion_ort.map_back` says which source nodes each kernel's unit computes
+   optimized graph's; :func:`graphcost.measure.fusion_ort.map_back` says which source nodes each kernel's unit computes
    (a fused kernel such as FusedConv covers several; a layout conversion covers none). Times stay on kernels:
    a fused kernel's time is never split among its source nodes.
 
@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.fusion_ort import OrtError, OrtMapping, map_back, ort_version
 from graphcost.graph import Graph
 from graphcost.load import load
 from graphcost.measure import _ort_session
 from graphcost.measure._bounded import check_bounded, terminate_as_exit
+from graphcost.measure.fusion_ort import OrtError, OrtMapping, map_back, ort_version
 from graphcost.measure.inputs import make_inputs
 from graphcost.measure.stats import Timing, timing
 

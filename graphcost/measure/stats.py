@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from graphcost.report.units import seconds
+
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
     """Linear interpolation between closest ranks (type 7) on already sorted values."""
@@ -119,8 +121,6 @@ class Modes:
     high_count: int  # bimodal: runs in the upper mode; unstable: 0
 
     def describe(self) -> str:
-        from graphcost.report.units import seconds
-
         if self.kind == "bimodal":
             return (f"bimodal: {self.low_count} runs near {seconds(self.low_s)}, {self.high_count} near "
                     f"{seconds(self.high_s)}")

@@ -13,10 +13,12 @@ import csv
 import io
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphcost.report.escape import csv_cell
-from graphcost.report.model import Report, TensorInfo
+
+if TYPE_CHECKING:  # types only: report/model.py calls this module (Report.to_csv), so it is never imported here
+    from graphcost.report.model import Report, TensorInfo
 
 COLUMNS = (
     "name", "op_type", "domain", "kind", "dtype", "flops", "macs", "bytes_read", "bytes_written", "dram_bytes",

@@ -27,7 +27,7 @@ def _cut(text: str, width: int) -> str:
 
 
 def render(report: Any, *, top: int = 10) -> str:
-    """``report``: a ``graphcost.gap_report.GapReport``."""
+    """``report``: a ``graphcost.measure.gap_report.GapReport``."""
     hw = report.hardware
     binding = ", ".join(f"{k}={v}" for k, v in report.binding.items()) or "static shapes"
     out = [f"gap report: {report.model}",

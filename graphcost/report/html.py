@@ -12,14 +12,14 @@ long tables stop at a stated count. The caption or a line under each table says 
 
 from __future__ import annotations
 
-import html
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from graphcost.passes.roofline import kernel_bound
+from graphcost.report import llm_text, whatif_text
+from graphcost.report.html_base import COMPUTE_COLOR, MEMORY_COLOR, esc
 from graphcost.report.model import Report
 from graphcost.report.units import bytes_, seconds, si
 
@@ -31,7 +31,6 @@ MAX_WARNINGS = 200
 OPEN_ROWS = 30
 """Tables longer than this start collapsed (``<details>``), so the memory curve is not pages away."""
 
-_BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1320px;
@@ -60,18 +59,6 @@ var key=function(r){var c=r.cells[i],v=c?c.dataset.v:undefined;return v===undefi
 Array.from(b.rows).sort(function(x,y){var p=key(x),q=key(y);return (p<q?-1:p>q?1:0)*(d==="asc"?1:-1);})
 .forEach(function(r){b.appendChild(r);});});});
 """
-
-MEMORY_COLOR, COMPUTE_COLOR = "#2f6fd0", "#e0731b"
-
-
-def esc(value: object) -> str:
-    """Text or attribute content for any string the model supplied; control characters and lone
-    surrogates (a file name that is not UTF-8) become U+FFFD so the page stays valid UTF-8 HTML."""
-    s = str(value)
-    if not s.isprintable():
-        s = _BAD_CHARS.sub("\ufffd", s)
-    return html.escape(s, quote=True)
-
 
 def page(title: str, body: str) -> str:
     """The whole document around ``body``: inline CSS, the sort script, and a CSP that forbids fetches."""
@@ -499,18 +486,14 @@ def _whatif(report: Report) -> str:
     w = getattr(report, "whatif", None)
     if w is None:
         return ""
-    from graphcost.report.whatif_text import render_html_section  # what-ifs with the bound-vs-dim chart
-
-    return render_html_section(w)
+    return whatif_text.render_html_section(w)  # what-ifs with the bound-vs-dim chart
 
 
 def _llm(report: Report) -> str:
     s = getattr(report, "llm", None)
     if s is None:
         return ""
-    from graphcost.report.llm_text import render_html_section  # the LLM view with the tokens/s-vs-context chart
-
-    return render_html_section(s)
+    return llm_text.render_html_section(s)  # the LLM view with the tokens/s-vs-context chart
 
 
 def render_html(report: Report, *, top: int = 20) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphcost.report.escape import terminal_text
+from graphcost.report.html_base import esc
 from graphcost.report.units import bytes_, seconds, si
 
 
@@ -48,8 +49,6 @@ def tokens_svg(section: Any, width: int = 640, height: int = 260) -> str:
     """Decode tokens/s ceiling against context (log-scaled context axis when the sweep spans a decade)."""
     import math
 
-    from graphcost.report.html import esc
-
     pts = [(int(d.tokens), float(d.tokens_per_s)) for d in section.decode if math.isfinite(d.tokens_per_s)]
     if not pts:
         return ""
@@ -91,8 +90,6 @@ def tokens_svg(section: Any, width: int = 640, height: int = 260) -> str:
 
 def render_html_section(section: Any) -> str:
     """The LLM view for the HTML report: the text summary as a table and the tokens/s-vs-context chart."""
-    from graphcost.report.html import esc
-
     s = section
     rows = [("weights", f"{s.weights_bytes:,} B ({bytes_(s.weights_bytes)})"),
             ("of which block scales / zero points", f"{s.quantization_bytes:,} B"),

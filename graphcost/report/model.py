@@ -10,9 +10,17 @@ import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from graphcost.hardware.spec import HardwareSpec
+from graphcost.report.units import bytes_, si
+
+if TYPE_CHECKING:  # the section types, for readers and mypy: their modules import this one, so never at run time
+    from graphcost.llm import LLMSection
+    from graphcost.passes.fusion import FusionSection
+    from graphcost.passes.liveness import MemoryResult
+    from graphcost.report.sections import BatchNormSection
+    from graphcost.whatif import WhatIf
 
 SCHEMA = "graphcost.report/1"
 COMPACT_JSON_NODES = 2000
@@ -216,20 +224,6 @@ class OpTypeRow:
     share_time: float
 
 
-def hardware_dict(hw: HardwareSpec) -> dict[str, Any]:
-    return {
-        "name": hw.name,
-        "peak_flops": dict(hw.peak_flops),
-        "memory_bandwidth": hw.memory_bandwidth,
-        "ridge_point": {k: v / hw.memory_bandwidth for k, v in hw.peak_flops.items()},
-        "onchip_bytes": hw.onchip_bytes,
-        "onchip_bandwidth": hw.onchip_bandwidth,
-        "cache_levels": [{"bytes": cap, "bandwidth": bw} for cap, bw in hw.cache_levels],
-        "energy_per_byte": hw.energy_per_byte,
-        "derating": None if hw.derating is None else {"compute": hw.derating[0], "bandwidth": hw.derating[1]},
-    }
-
-
 @dataclass(frozen=True)
 class Report:
     """Everything one analysis found. Frozen; render with to_json / to_csv / to_text."""
@@ -246,17 +240,18 @@ class Report:
     coverage: Coverage
     shape_engines: tuple[str, ...] = ()
     schema: str = SCHEMA
-    fusion: Any = None
+    fusion: FusionSection | None = None
     """FusionSection: groups, boundaries with reasons, fused/unfused bytes and times (passes/fusion.py)."""
-    memory: Any = None
+    memory: MemoryResult | None = None
     """MemoryResult: liveness peak, live set, bounds, reorder, arena, training (passes/liveness.py)."""
-    batchnorm: Any = None
-    """BatchNormResult: foldable batchnorms and refusals with reasons (passes/batchnorm.py)."""
+    batchnorm: BatchNormSection | None = None
+    """BatchNormSection: foldable batchnorms and refusals with reasons, and the time folding saves
+    (report/sections.py over passes/batchnorm.py)."""
     residency: str = "cold"
     """Where the bounds assume bytes come from: cold (one inference) or warm (a benchmark loop; passes/roofline.py)."""
-    llm: Any = None
+    llm: LLMSection | None = None
     """LLMSection: prefill/decode floors, KV-cache bytes per token, tokens/s per context (graphcost/llm.py)."""
-    whatif: Any = None
+    whatif: WhatIf | None = None
     """WhatIf: budget verdict, power, % of peak, precision, sweep and fusion what-ifs (graphcost/whatif.py)."""
 
     def by_op_type(self) -> list[OpTypeRow]:
@@ -279,8 +274,6 @@ class Report:
     def header_lines(self, *, aligned: bool = False) -> list[str]:
         """What was analyzed, on what: producer and opsets, size, inputs, dims, hardware roofs (text and HTML
         headers). ``aligned`` pads the labels into a column for the terminal."""
-        from graphcost.report.units import bytes_, si
-
         m, hw = self.model, self.hardware
         gap = " " if aligned else ""
         opsets = ", ".join(f"{k} {v}" for k, v in sorted(m.opsets.items()))
@@ -309,12 +302,13 @@ class Report:
                 return n
         raise KeyError(name)
 
-    def to_dict(self, *, nodes: bool = True) -> dict[str, Any]:
-        """The report as plain data; ``nodes=False`` leaves the rows out (``"nodes": None``, key kept in place)."""
+    def to_dict(self, *, nodes: bool = True, lazy: bool = False) -> dict[str, Any]:
+        """The report as plain data; ``nodes=False`` leaves the rows out (``"nodes": None``, key kept in place);
+        ``lazy`` leaves the fusion section's group and boundary lists as iterators (for :meth:`json_chunks`)."""
         return {
             "schema": self.schema,
             "model": self.model.to_dict(),
-            "hardware": hardware_dict(self.hardware),
+            "hardware": self.hardware.to_dict(),
             "binding": dict(self.binding),
             "defaulted_dims": list(self.defaulted_dims),
             "residency": self.residency,
@@ -323,9 +317,10 @@ class Report:
             "shape_inference": list(self.shape_engines),
             "nodes": [n.to_dict() for n in self.nodes] if nodes else None,
             "warnings": [w.to_dict() for w in self.warnings],
+            **({} if self.fusion is None else {"fusion": self.fusion.to_dict(lazy=True) if lazy else
+                                               self.fusion.to_dict()}),
             **{key: section.to_dict() for key, section in
-               (("fusion", self.fusion), ("memory", self.memory), ("batchnorm", self.batchnorm),
-                ("llm", self.llm), ("whatif", self.whatif))
+               (("memory", self.memory), ("batchnorm", self.batchnorm), ("llm", self.llm), ("whatif", self.whatif))
                if section is not None},
         }
 
@@ -357,26 +352,34 @@ class Report:
         tensors: dict[int, str] = {}
         for i, n in enumerate(self.nodes):
             yield ("," if i else "") + n._json(tensors)
-        yield "]," + _dumps(tail, None)[1:]
+        yield "],"
+        for i, (key, value) in enumerate(tail.items()):
+            yield f'{"," if i else ""}{_COMPACT.encode(key)}:'
+            yield from _stream(value)
+        yield "}"
 
     def _sections(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """:meth:`to_dict` without ``nodes``: the keys before it and the keys after it, in order."""
-        d = self.to_dict(nodes=False)
+        d = self.to_dict(nodes=False, lazy=True)
         keys = list(d)
         at = keys.index("nodes")
         return {k: d[k] for k in keys[:at]}, {k: d[k] for k in keys[at + 1:]}
 
     def to_csv(self) -> str:
+        """One row per node (``report/csv.py``: spreadsheet-safe cells)."""
+        # lazy: the renderers import this module for their types only; loaded when a format is asked for
         from graphcost.report.csv import render_csv
 
         return render_csv(self)
 
     def to_text(self, top: int = 10, width: int = 120) -> str:
+        """The terminal report (``report/text.py``), then the what-ifs when they ran."""
+        # lazy: rich, the table renderer, is 0.03 s of imports that JSON and CSV never need
         from graphcost.report.text import render_text
 
         text = render_text(self, top=top, width=width)
         if self.whatif is not None:
-            from graphcost.report.whatif_text import render_whatif
+            from graphcost.report.whatif_text import render_whatif  # lazy: as render_text, only for text
 
             text += render_whatif(self.whatif)
         return text
@@ -396,6 +399,35 @@ def _dumps(value: dict[str, Any], indent: int | None) -> str:
         return json.dumps(value, indent=indent, separators=separators, allow_nan=False)
     except ValueError:
         return json.dumps(_finite(value), indent=indent, separators=separators)
+
+
+def _stream(value: Any) -> Iterator[str]:
+    """Compact JSON of a section, the text of ``_dumps`` of it, in pieces: a dict holding iterators (the lazy
+    fusion section) is written key by key and each iterator as an array item by item, so its rows are never
+    all held as dicts, nor as one string (synthetic-100k: peak RSS of writing the report −MiB, measured)."""
+    if isinstance(value, dict) and any(isinstance(v, Iterator) for v in value.values()):
+        for i, (key, v) in enumerate(value.items()):
+            yield f'{"{" if not i else ","}{_COMPACT.encode(key)}:'
+            yield from _stream(v)
+        yield "}"
+    elif isinstance(value, Iterator):
+        yield "["
+        for i, item in enumerate(value):
+            yield ("," if i else "") + _dumps_any(item)
+        yield "]"
+    else:
+        yield _dumps_any(value)
+
+
+def _dumps_any(value: Any) -> str:
+    """:func:`_dumps` of any JSON value, compact."""
+    try:
+        return _COMPACT_STRICT.encode(value)
+    except ValueError:
+        return _COMPACT.encode(_finite(value))
+
+
+_COMPACT_STRICT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def _finite(value: Any) -> Any:

@@ -8,12 +8,15 @@ console has markup off, so a name such as ``[bold]`` prints as it is.
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from graphcost.report.escape import terminal_text as _t
-from graphcost.report.model import Report
+
+if TYPE_CHECKING:  # types only: report/model.py calls this module (Report.to_text), so it is never imported here
+    from graphcost.report.model import Report
 from graphcost.report.units import bytes_, seconds, si
 
 MAX_WARNINGS = 20

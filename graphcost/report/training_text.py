@@ -1,6 +1,6 @@
 """Text of ``graphcost train``: the step's FLOPs and time, memory, the checkpointing table, the parallel split.
 
-Works on the report dict of ``graphcost._cmd_train.build`` (the same dict the JSON prints). Names from the model
+Works on the report dict of ``graphcost.cli.train.build`` (the same dict the JSON prints). Names from the model
 go through ``terminal_text`` (no raw escape or control characters reach the terminal).
 """
 

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from graphcost.report.escape import terminal_text as _t
+from graphcost.report.html_base import COMPUTE_COLOR, MEMORY_COLOR, esc
 from graphcost.report.units import bytes_, seconds, si
 
 
@@ -103,8 +104,6 @@ def render_whatif(w: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------------ HTML
 def render_html_section(w: Any) -> str:
-    from graphcost.report.html import esc
-
     body = "".join(f'<p class="meta">{esc(x.strip())}</p>' for x in lines(w)[1:])
     nodes = "<pre class=mono>" + esc("\n".join(node_rows(w))) + "</pre>"
     chart = ""
@@ -118,8 +117,6 @@ def render_html_section(w: Any) -> str:
 
 def sweep_svg(s: Any, width: int = 900, height: int = 320) -> str:
     """Compute, memory and bound time against the swept dim, log–log, with the crossing marked."""
-    from graphcost.report.html import COMPUTE_COLOR, MEMORY_COLOR, esc
-
     xs = [float(r.value) for r in s.rows]
     ys = [v for r in s.rows for v in (r.compute_time_s, r.memory_time_s) if v > 0]
     if not ys:

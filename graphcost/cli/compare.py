@@ -9,15 +9,20 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from collections.abc import Callable
 from typing import Any
 
+from graphcost.cli.flags import CliError, hardware_flags, output_flags, resolve_hardware
+from graphcost.cli.output import guard, hardware_input, write_output
+
 NAME = "compare"
+HELP = "one workload across torch, JAX, TF and onnxruntime, side by side with its roofline"
+"""The line ``graphcost --help`` lists for this command."""
 
 
-def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(subparsers: Any) -> None:
+    """The ``compare`` subcommand and its flags."""
     p = subparsers.add_parser(
-        NAME, help="one workload across torch, JAX, TF and onnxruntime, side by side with its roofline",
+        NAME, help=HELP,
         description="Time the seed chapter's dense layer (1024→1024 at batch 1, 16, 64, 256) or a reference "
                     "model in every installed framework and in onnxruntime; print FLOPs, MB moved, intensity, "
                     "median ms, ±ms, efficiency against the bound, a roofline bar, GFLOP/s, GB/s and what bounds "
@@ -33,22 +38,23 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
     p.add_argument("--warmup", type=int, default=10, metavar="N")
     p.add_argument("--repeats", type=int, default=50, metavar="N")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="intra-op threads for torch and ORT")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the table to FILE instead of stdout")
+    output_flags(p, what="table")
     hardware_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Time the workload in every installed runner and print the table; 1 on an accounting error."""
     import json
 
-    from graphcost.cli import CliError, resolve_hardware, write_output
-    from graphcost.compare import DENSE_BATCHES, RUNNERS, compare, render
+    # lazy: the runners pull in onnxruntime and the pipeline (0.27 s of imports); only compare
+    from graphcost.measure.compare import DENSE_BATCHES, RUNNERS, compare, render
 
     frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
     bad = [f for f in frameworks if f not in RUNNERS]
     if bad:
         raise CliError(f"--frameworks: unknown runner {bad[0]!r} (one of {', '.join(RUNNERS)})")
     try:
+        # lazy: the runners pull in onnxruntime and the pipeline (0.27 s of imports); only compare
         from graphcost.models import zoo
     except ImportError as e:  # pragma: no cover - the package ships with graphcost
         raise CliError(str(e)) from None
@@ -57,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
     batches = tuple(args.batch) or (DENSE_BATCHES if args.model == "dense" else (1, 16))
     if any(b < 1 for b in batches) or args.features < 1 or args.seq < 1 or args.repeats < 1:
         raise CliError("--batch, --features, --seq and --repeats must be ≥ 1")
-    from graphcost._outpath import guard, hardware_input
 
     guard(args.output, hardware_input(args.hardware))  # before anything is timed
     if args.hardware is None and not args.peak_flops and args.memory_bandwidth is None:

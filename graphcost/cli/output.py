@@ -1,4 +1,5 @@
-"""The one output-path guard: no command writes over its own inputs.
+"""Where a command's output goes: the one output-path guard (no command writes over its own inputs) and the
+atomic write of a report to ``--output FILE`` or stdout.
 
 Every command that writes a file (``analyze``/``bench``/``gap``/``compare -o``, ``fold -o``, ``export -o``,
 ``hardware detect|measure -o``, ``audit --out``) asks :func:`check_output` first, before it runs anything, with
@@ -10,7 +11,7 @@ the files it reads: the model and every external-data file the model names (:fun
 - is an existing directory, FIFO (opening it would block until a reader comes), block device or socket.
 
 A character device (``-o /dev/null``, a terminal) is allowed: it is written in place, never replaced. Every other
-output is written atomically by ``graphcost.cli.write_output`` (a temporary file beside it, then ``os.replace``).
+output is written atomically by :func:`write_output` (a temporary file beside it, then ``os.replace``).
 
 The refusal is an :class:`OutputPathError` (a ``ValueError``) with one line naming the flag, the path and the
 input it would destroy; :func:`guard` turns it into the CLI's one-line exit-2 error.
@@ -20,8 +21,12 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from typing import Union
+
+from graphcost.cli.flags import CliError
 
 Protected = Union[Mapping[str, str], Iterable[str], Callable[[], Union[Mapping[str, str], Iterable[str]]]]
 """Input paths (mapped to what each is, for the message), or a function that finds them when needed."""
@@ -42,7 +47,8 @@ def protected_paths(model_path: str | os.PathLike[str]) -> dict[str, str]:
     """
     path = os.fspath(model_path)
     out = {path: MODEL}
-    from graphcost.load import LoadError, external_files, load  # loading onnx costs start-up; only -o needs it
+    # lazy: graphcost.load imports onnx (0.26 s); only a command given -o FILE needs it
+    from graphcost.load import LoadError, external_files, load
 
     try:
         targets = external_files(load(path).proto, path)
@@ -97,12 +103,61 @@ def guard(output: str | os.PathLike[str] | None, protected: Protected = (), *, f
     """:func:`check_output` for a CLI command: no output is fine, a refusal is a one-line exit-2 ``CliError``."""
     if output is None or os.fspath(output) == "":
         return
-    from graphcost.cli import CliError
-
     try:
         check_output(output, protected, flag=flag)
     except OutputPathError as e:
         raise CliError(str(e)) from None
+
+
+def write_output(output: str | None, text: str | Iterable[str]) -> None:
+    """A report (one string, or its pieces in order) to ``--output FILE`` (one-line error when it cannot be
+    written) or to stdout.
+
+    The file is written atomically: a temporary file beside the target (the symlink's target when FILE is a
+    symlink), then ``os.replace``, so a failed run never leaves a truncated report, a hard link to FILE keeps its
+    old content, and a FIFO is refused rather than opened (a character device such as /dev/null is written in
+    place). Callers check FILE against their inputs first (:func:`guard`), before they run
+    anything.
+    """
+    pieces = (text,) if isinstance(text, str) else text
+    if not output:
+        sys.stdout.writelines(pieces)
+        return
+    guard(output)  # a directory, FIFO, block device or socket: refused here too, whatever the caller checked
+    target = os.path.realpath(output)
+    try:
+        st = os.stat(target)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISCHR(st.st_mode):  # -o /dev/null, a terminal: written in place, never replaced
+        try:
+            with open(target, "w", encoding="utf-8") as f:
+                f.writelines(pieces)
+        except OSError as e:
+            raise CliError(f"--output {output}: cannot write ({e.strerror or e})") from None
+        return
+    mode = st.st_mode & 0o7777 if st is not None else 0o666 & ~_umask()  # an existing report keeps its mode
+    tmp = ""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
+                                   dir=os.path.dirname(target))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(pieces)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as e:
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise CliError(f"--output {output}: cannot write ({e.strerror or e})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _same_inode(st: os.stat_result, path: str) -> bool:
@@ -113,4 +168,5 @@ def _same_inode(st: os.stat_result, path: str) -> bool:
     return (st.st_dev, st.st_ino) == (other.st_dev, other.st_ino)
 
 
-__all__ = ["HARDWARE", "MODEL", "OutputPathError", "check_output", "guard", "hardware_input", "protected_paths"]
+__all__ = ["HARDWARE", "MODEL", "OutputPathError", "check_output", "guard", "hardware_input", "protected_paths",
+           "write_output"]

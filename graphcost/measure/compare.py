@@ -16,10 +16,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from graphcost import measure
+from graphcost.export import export_native
 from graphcost.gap import WALL_RESOLUTION_S, Diagnosis, SetBound, diagnose
-from graphcost.gap_report import BUSY_ROOFS, busy_roofs
 from graphcost.hardware.spec import HardwareSpec
+from graphcost.load import load
+from graphcost.measure.gap_report import BUSY_ROOFS, busy_roofs, prepare
+from graphcost.measure.stats import modes
+from graphcost.models import zoo
 from graphcost.report.escape import terminal_text
+from graphcost.report.units import si
 
 DENSE_BATCHES = (1, 16, 64, 256)
 RUNNERS = ("torch", "jax", "tf", "onnxruntime")
@@ -82,9 +88,7 @@ class Comparison:
     roofs_busy: str | None = None  # the warning of roofs measured on a busy machine (``hardware.measure``)
 
     def to_dict(self) -> dict[str, Any]:
-        from graphcost.report.model import hardware_dict
-
-        return {"schema": "graphcost.compare/1", "arch": self.arch, "hardware": hardware_dict(self.hardware),
+        return {"schema": "graphcost.compare/1", "arch": self.arch, "hardware": self.hardware.to_dict(),
                 "exported_from": self.exported_from, "rows": [r.to_dict() for r in self.rows],
                 "skipped": list(self.skipped), "roofs_busy": self.roofs_busy}
 
@@ -102,12 +106,8 @@ def compare(arch: str = "dense", *, hardware: HardwareSpec, batches: Sequence[in
             repeats: int = 50, threads: int | None = None, workdir: str | Path,
             progress: Callable[[str], None] | None = None) -> Comparison:
     """Time ``arch`` at each batch in each installed framework and in onnxruntime; see the module docstring."""
-    from graphcost.export import export_native
-    from graphcost.measure import installed_frameworks, run_ort
-    from graphcost.models import zoo
-
     say = progress or (lambda _msg: None)
-    have = installed_frameworks()
+    have = measure.installed_frameworks()
     skipped: list[str] = []
     natives = []
     for fw in ("torch", "jax", "tf"):
@@ -141,7 +141,7 @@ def compare(arch: str = "dense", *, hardware: HardwareSpec, batches: Sequence[in
                 continue
             say(f"onnxruntime {label}")
             binding = {"batch": batch, **({"seq": seq} if arch == "transformer" else {})}
-            run = run_ort(onnx_path, binding=binding, threads=threads, warmup=warmup, repeats=repeats,
+            run = measure.run_ort(onnx_path, binding=binding, threads=threads, warmup=warmup, repeats=repeats,
                           profile=False)
             bound = _bound(onnx_path, None, batch, seq, hardware, bounds)
             rows.append(_row("onnxruntime", label, batch, bound, run.latency, run.intra_op_threads or None))
@@ -160,14 +160,12 @@ def busy_verdicts(rows: Sequence[CompareRow], hardware: HardwareSpec) -> tuple[l
 
 
 def _time_native(fw: str, model: Any, *, warmup: int, repeats: int, threads: int | None) -> Any:
-    from graphcost.measure import time_jax, time_tf, time_torch
-
     inputs = list(model.inputs.values())
     if fw == "torch":
-        return time_torch(model.forward, inputs, warmup=warmup, repeats=repeats, threads=threads)
+        return measure.time_torch(model.forward, inputs, warmup=warmup, repeats=repeats, threads=threads)
     if fw == "jax":
-        return time_jax(model.forward, inputs, warmup=warmup, repeats=repeats)
-    return time_tf(model.forward, inputs, warmup=warmup, repeats=repeats)
+        return measure.time_jax(model.forward, inputs, warmup=warmup, repeats=repeats)
+    return measure.time_tf(model.forward, inputs, warmup=warmup, repeats=repeats)
 
 
 def _bound(onnx_path: Path | None, model: Any, batch: int, seq: int, hw: HardwareSpec,
@@ -178,9 +176,6 @@ def _bound(onnx_path: Path | None, model: Any, batch: int, seq: int, hw: Hardwar
     if onnx_path is None:
         raise ValueError("compare needs onnxruntime among the runners to bound the model (the bound is computed on "
                          "the exported graph)")
-    from graphcost.gap_report import prepare
-    from graphcost.load import load
-
     graph = load(onnx_path).graph()
     names = {str(d) for t in graph.input_names for d in (getattr(graph.tensor(t), "shape", None) or ())
              if not isinstance(d, int)}
@@ -192,8 +187,6 @@ def _bound(onnx_path: Path | None, model: Any, batch: int, seq: int, hw: Hardwar
 
 def _row(runner: str, shape: str, batch: int, bound: SetBound, latency: Any,
          threads: int | None = None) -> CompareRow:
-    from graphcost.measure.stats import modes
-
     found = modes(latency)
     return CompareRow(runner, shape, batch, bound, float(latency.median), float(latency.spread),
                       float(latency.p99), diagnose(float(latency.median), bound.bound_s, WALL_RESOLUTION_S),
@@ -202,8 +195,6 @@ def _row(runner: str, shape: str, batch: int, bound: SetBound, latency: Any,
 
 def render(c: Comparison, *, bar_width: int = 20) -> str:
     """The side-by-side table: one row per runner and shape."""
-    from graphcost.report.units import si
-
     hw = c.hardware
     head = (f"{'framework':<12} {'shape':<16} {'FLOPs':>13} {'MB moved':>9} {'AI':>6} {'ms(med)':>9} {'±ms':>7} "
             f"{'effic.':>7} {'%peak':>6}  {'roofline':<{bar_width + 2}} {'GFLOP/s':>8} {'GB/s':>8} {'bound':>7}")

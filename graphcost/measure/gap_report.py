@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from graphcost.analysis import Analysis
+from graphcost.binding import DEFAULT_DIM_VALUE
 from graphcost.gap import (
     PROFILER_RESOLUTION_S,
     WALL_RESOLUTION_S,
@@ -28,7 +30,13 @@ from graphcost.gap import (
     observed_from,
     row,
 )
+from graphcost.hardware.measure import BUSY_PREFIX
 from graphcost.hardware.spec import HardwareSpec
+from graphcost.measure.stats import modes, timing
+from graphcost.passes.fusion import fuse
+from graphcost.passes.liveness import liveness
+from graphcost.passes.roofline import applied_residency
+from graphcost.report.model import _finite
 
 SCHEMA = "graphcost.gap/1"
 
@@ -92,10 +100,8 @@ class GapReport:
         return tuple(r for r in (*self.models, *self.kernels, *self.groups) if r.diagnosis.code == BUSY_ROOFS.code)
 
     def to_dict(self) -> dict[str, Any]:
-        from graphcost.report.model import hardware_dict
-
         return {
-            "schema": SCHEMA, "model": self.model, "hardware": hardware_dict(self.hardware),
+            "schema": SCHEMA, "model": self.model, "hardware": self.hardware.to_dict(),
             "binding": dict(self.binding), "residency": self.residency, "provider": self.provider,
             "floor": self.floor.to_dict(), "ideal_fused": self.ideal.to_dict(),
             "ort_partition": self.ort_partition.to_dict(),
@@ -111,14 +117,12 @@ class GapReport:
         }
 
     def to_json(self) -> str:
-        from graphcost.report.model import _finite
-
         return json.dumps(_finite(self.to_dict()), indent=2)
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A model analyzed for set bounds under one binding: what ``build`` and ``graphcost.compare`` start from."""
+    """A model analyzed for set bounds under one binding: what ``build`` and ``measure.compare`` start from."""
 
     graph: Any
     top: tuple[Any, ...]  # top-level NodeCosts
@@ -149,12 +153,6 @@ def prepare(model: Any, *, hardware: HardwareSpec, dims: Mapping[str, int] | Non
     the static binding's default (``graphcost.binding.DEFAULT_DIM_VALUE``) with a note: the bounds that use them
     are lower bounds of unknown slack.
     """
-    from graphcost.analysis import Analysis
-    from graphcost.binding import DEFAULT_DIM_VALUE
-    from graphcost.passes.fusion import fuse
-    from graphcost.passes.liveness import liveness
-    from graphcost.passes.roofline import applied_residency
-
     a = model if isinstance(model, Analysis) else Analysis.of(
         model, dims=dims, input_shapes={k: list(v) for k, v in (input_shapes or {}).items()} or None,
         input_values=input_values, unknown_dims="ignore")
@@ -231,8 +229,6 @@ BUSY_ROOFS = Diagnosis(
 
 def busy_roofs(hardware: HardwareSpec) -> str | None:
     """The busy-machine warning ``hardware``'s sources carry (``graphcost.hardware.measure``), or None."""
-    from graphcost.hardware.measure import BUSY_PREFIX
-
     return next((s for s in hardware.sources if s.startswith(BUSY_PREFIX)), None)
 
 
@@ -243,8 +239,6 @@ def _busy_verdict(rows: Sequence[GapRow]) -> list[GapRow]:
 def timing_warnings(run: Any, natives: Sequence[Any] = ()) -> tuple[str, ...]:
     """One warning per runner whose latency samples have two modes or spread too wide for a median
     (``graphcost.measure.stats.modes``), with the threads it used."""
-    from graphcost.measure.stats import modes
-
     out = []
     runners = [(f"onnxruntime/{run.provider}", run.latency, run.intra_op_threads or None)]
     runners += [(f"{n.framework}/{n.mode}/{n.device}", n.latency, n.threads) for n in natives]
@@ -311,8 +305,6 @@ def _per_run_sum(samples: Sequence[Sequence[float]]) -> tuple[float, ...]:
 
 
 def _observed(samples: Sequence[float], resolution: float) -> Observed:
-    from graphcost.measure.stats import timing
-
     return observed_from(timing(samples), resolution)
 
 

@@ -3,24 +3,27 @@
 MODEL is an .onnx file, ``ref:FRAMEWORK/ARCH`` or ``FILE.py:FACTORY`` (a torch, JAX or TF model your code builds;
 ``graphcost.gap(model, example_inputs)`` is the same from Python).
 
-The same measurement as ``graphcost bench --gap`` (see ``graphcost/_cmd_bench.py`` for the flags and exit codes,
+The same measurement as ``graphcost bench --gap`` (see ``graphcost/cli/bench.py`` for the flags and exit codes,
 ``graphcost/gap.py`` for the bounds and the diagnosis bands, docs/gap.md for the report).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import Any
 
-from graphcost._cmd_bench import add_gap_flags, add_measure_flags, measure_and_report
+from graphcost.cli.bench import add_gap_flags, add_measure_flags, measure_and_report
+from graphcost.cli.flags import hardware_flags
 
 NAME = "gap"
+HELP = "how far a measured model is from its roofline bound, and why"
+"""The line ``graphcost --help`` lists for this command."""
 
 
-def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(subparsers: Any) -> None:
+    """The ``gap`` subcommand and its flags (``bench``'s measurement flags and the gap flags)."""
     p = subparsers.add_parser(
-        NAME, help="how far a measured model is from its roofline bound, and why",
+        NAME, help=HELP,
         description="Measure the model (an .onnx file, ref:FRAMEWORK/ARCH, or FILE.py:FACTORY for a model your "
                     "code builds) in onnxruntime (and in its native framework with --native), "
                     "bound every ORT kernel and ideal fusion group, and diagnose each from measured ÷ bound: "
@@ -33,4 +36,5 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
 
 
 def run(args: argparse.Namespace) -> int:
+    """Measure the model and print its gap report."""
     return measure_and_report(args, gap=True)

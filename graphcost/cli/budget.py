@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from typing import Any
 
+from graphcost.budget import frame_slice_s, measured
+from graphcost.cli.flags import EXIT_OK, CliError
+
 NAME = "budget"
+HELP = "does a measured model fit its latency budget? (p99 at sustained clocks; no model file)"
+"""The line ``graphcost --help`` lists for this command."""
 
 
-def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(subparsers: Any) -> None:
+    """The ``budget`` subcommand and its flags."""
+    # lazy: the flag types live in graphcost.whatif, which pulls in the roofline and onnx (0.4 s of imports)
     from graphcost.whatif import _factor, _fraction, _positive
 
     p = subparsers.add_parser(
-        NAME, help="does a measured model fit its latency budget? (p99 at sustained clocks; no model file)",
+        NAME, help=HELP,
         description="Check a measured latency against a budget the way the roofline chapter does: p99 (the mean × "
                     "--p99-factor, or --p99-ms) stretched by the sustained clock, against the slice (--budget-ms, "
                     "or the whole frame at --fps). Prints fits / misses with the speed-up needed / VETO when "
@@ -40,9 +46,7 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphcost.budget import frame_slice_s, measured
-    from graphcost.cli import EXIT_OK, CliError
-
+    """Print the verdict (text or JSON)."""
     if args.p99_ms is not None and args.p99_factor != 1.0:
         raise CliError("--p99-factor scales --mean-ms; with --p99-ms the p99 is already measured")
     if args.floor_ms is not None and not args.floor_ms >= 0:

@@ -5,18 +5,30 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
+from graphcost.cli.flags import (
+    CliError,
+    analysis_error,
+    hardware_flags,
+    model_flags,
+    output_flags,
+    parse_model_flags,
+    resolve_hardware,
+)
+from graphcost.cli.output import guard, hardware_input, protected_paths, write_output
+from graphcost.hardware import catalog
+
 NAME = "llm"
+HELP = "LLM decoder: prefill/decode bounds, KV bytes per token, tokens/s ceiling per context"
+"""The line ``graphcost --help`` lists for this command."""
 MAX_CONTEXTS = 64
 
 
-def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
-    from graphcost.cli import model_flags
-
+def register(subparsers: Any) -> None:
+    """The ``llm`` subcommand and its flags."""
     p = subparsers.add_parser(
-        NAME, help="LLM decoder: prefill/decode bounds, KV bytes per token, tokens/s ceiling per context",
+        NAME, help=HELP,
         description="Recognize a decoder export (input_ids or inputs_embeds, past_key_values.* inputs, present.* "
                     "outputs), bind its batch / sequence / past dims per phase in the exact formulas, and report "
                     "weights, KV-cache bytes per token, the prefill floor for --prompt tokens, the decode floor and "
@@ -33,13 +45,10 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
                    help="share of peak bandwidth reached, e.g. 0.7 (default 1)")
     p.add_argument("--memory-bytes", metavar="B", help="device memory capacity, e.g. 8e9 or 8GB (default: the "
                                                        "hardware spec's memory_bytes, when it has one)")
-    p.add_argument("--format", choices=("text", "json", "html"), default="text")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    output_flags(p, ("text", "json", "html"))
 
 
 def _contexts(text: str) -> tuple[int, ...]:
-    from graphcost.cli import CliError
-
     parts = [x.strip() for x in text.split(",") if x.strip()]
     if not parts or len(parts) > MAX_CONTEXTS or not all(x.isdigit() for x in parts):
         raise CliError(f"--context {text!r}: expected up to {MAX_CONTEXTS} whole numbers, e.g. 128,1024,4096")
@@ -47,8 +56,9 @@ def _contexts(text: str) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Analyze the decoder and print its LLM view."""
+    # lazy: the pipeline and the LLM view (0.52 s of imports); only llm needs them
     from graphcost.api import analyze
-    from graphcost.cli import CliError, analysis_error, parse_model_flags, resolve_hardware, write_output
     from graphcost.llm import llm_view
     from graphcost.report.llm_text import render_llm
 
@@ -61,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--efficiency {args.efficiency:g}: must be in (0, 1]")
     capacity = None
     if args.memory_bytes:
-        from graphcost.hardware import catalog
 
         try:
             capacity = int(catalog.parse_quantity(args.memory_bytes))
@@ -70,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
         if capacity <= 0:
             raise CliError("--memory-bytes must be > 0")
     if args.output:
-        from graphcost._outpath import guard, hardware_input, protected_paths
 
         guard(args.output, lambda: {**protected_paths(args.model), **hardware_input(args.hardware)})
     flags = parse_model_flags(args)
@@ -87,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         text = report.to_json() + "\n"
     elif args.format == "html":
+        # lazy: the pipeline and the LLM view (0.52 s of imports); only llm needs them
         from graphcost.report.html import render_html
 
         text = render_html(report)

@@ -1,100 +1,26 @@
-"""``graphcost fusion MODEL [--against ort[:basic|extended|all]]``: ideal fusion groups, and ORT's.
+"""``graphcost fusion``'s text report: the ideal fusion groups with their bytes and times, the boundaries by
+reason, and with ``--against ort`` onnxruntime's kernels group by group.
 
-Without ``--against`` it prints the groups of the policy (default ``ideal``) with their bytes and times and
-the boundaries by reason. With ``--against ort`` it also runs onnxruntime's graph optimizer on the file and
-prints, group by group, ORT's kernels, bytes ideal vs ORT, and the bytes and µs ORT leaves on the table.
-The text passes ``terminal_text`` (``report/escape.py``): node names are shown whole, as the model spells them,
-escaped (never trimmed or rewritten; they are each table's last column), and every line again on the way out, so
-no control character from the model reaches the terminal. ``--format csv`` writes one row per group through
-``report/csv.py`` (``csv_text``: spreadsheet-safe cells), like ``analyze --format csv``.
+Node names are shown whole, as the model spells them, escaped (``report/escape.py``; never trimmed or rewritten,
+they are each table's last column), and every line again on the way out, so no control character from the model
+reaches the terminal.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from graphcost.binding import DEFAULT_DIM_VALUE
+from graphcost.hardware.spec import HardwareSpec
+from graphcost.measure.fusion_ort import STATUS_TEXT, OrtComparison
+from graphcost.ops import Kind, lookup
+from graphcost.passes.fusion import CODE_TEXT, FusionSection
 from graphcost.report.escape import terminal_text
-
-NAME = "fusion"
-
-
-def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
-    from graphcost.cli import model_flags
-
-    p = subparsers.add_parser(
-        NAME, help="ideal fusion groups, and how onnxruntime's fusions compare",
-        description="Group nodes into the kernels an ideal fusing compiler would run; with --against ort, "
-                    "compare with the kernels onnxruntime's graph optimizer produces.")
-    p.add_argument("model", help="path to an .onnx file")
-    p.add_argument("--against", metavar="ort[:LEVEL]",
-                   help="compare with onnxruntime's optimizer at LEVEL basic, extended or all (default: all, "
-                        "ORT's own default)")
-    p.add_argument("--policy", default="ideal", metavar="NAME", help="fusion policy: ideal (default) or none")
-    p.add_argument("--format", choices=("text", "json", "csv"), default="text",
-                   help="text (default), json, or csv: one row per group, spreadsheet-safe (as analyze's)")
-    model_flags(p)
-    hardware_flags(p)
+from graphcost.report.units import bytes_, seconds
 
 
-def parse_against(value: str | None) -> str | None:
-    """``ort`` → ORT's default level; ``ort:extended`` → that level; None → no comparison."""
-    from graphcost.cli import CliError
-    from graphcost.fusion_ort import DEFAULT_LEVEL, LEVELS
-
-    if value is None:
-        return None
-    engine, _, level = value.partition(":")
-    if engine.strip().lower() not in ("ort", "onnxruntime"):
-        raise CliError(f"--against {value!r}: only 'ort' (onnxruntime) is supported, e.g. --against ort:extended")
-    level = level.strip().lower() or DEFAULT_LEVEL
-    if level not in LEVELS:
-        raise CliError(f"--against {value!r}: level must be one of {', '.join(LEVELS)}")
-    return level
-
-
-def run(args: argparse.Namespace) -> int:
-    from graphcost.cli import CliError, parse_model_flags, resolve_hardware
-    from graphcost.fusion_ort import OrtError, compare, map_back, optimize
-    from graphcost.passes.fusion import fuse, fusion_section
-
-    flags = parse_model_flags(args)
-    level = parse_against(args.against)
-    hw = resolve_hardware(args)
-    analysis = flags.analysis(args.model)  # validated, shapes and costs, every dim bound (the front door)
-    graph, costs = analysis.graph, analysis.costs
-    binding, defaulted = analysis.binding.as_dict(), list(analysis.binding.defaulted)
-    try:
-        result = fuse(graph, costs, args.policy)
-    except ValueError as e:
-        raise CliError(f"--policy {args.policy}: {e}") from None
-    section = fusion_section(result, hw, binding)
-    comparison = None
-    if level is not None:
-        try:
-            comparison = compare(result, map_back(graph, optimize(args.model, level), level), hw, binding)
-        except OrtError as e:
-            raise CliError(str(e)) from None
-    if args.format == "json":
-        doc: dict[str, Any] = {"schema": "graphcost.fusion/1", "model": args.model, "hardware": hw.name,
-                               "binding": binding, "defaulted_dims": defaulted, "fusion": section.to_dict()}
-        if comparison is not None:
-            doc["against"] = comparison.to_dict()
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    elif args.format == "csv":
-        from graphcost.report.csv import render_fusion_csv
-
-        sys.stdout.write(render_fusion_csv(section, comparison))
-    else:
-        sys.stdout.write(render_text(args.model, hw, section, comparison, defaulted))
-    return 0
-
-
-# --------------------------------------------------------------------------- text
 def _name(name: str) -> str:
     """A node name as the model spells it, whole (``/h.0/mlp/c_fc/Gemm``), control characters shown as escapes
     (``report/escape.py``): never trimmed or rewritten, so it can be searched for in the model. Names are the
@@ -113,11 +39,10 @@ def _cell(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: list[str]) -> str:
-    from graphcost.fusion_ort import STATUS_TEXT
-    from graphcost.passes.fusion import CODE_TEXT
-    from graphcost.report.units import bytes_, seconds
-
+def render_text(model: str, hw: HardwareSpec, section: FusionSection, comparison: OrtComparison | None,
+                defaulted: list[str]) -> str:
+    """``graphcost fusion``'s text: the groups, the boundaries by reason and the totals; with a comparison, ORT's
+    kernels group by group and where it fused less than ideal."""
     infos = section.result.infos
     t = section.totals
     lines = [f"graphcost fusion — {model}",
@@ -126,8 +51,6 @@ def render_text(model: str, hw: Any, section: Any, comparison: Any, defaulted: l
              f"  hardware {hw.name}: DRAM {hw.memory_bandwidth / 1e9:.2f} GB/s; a kernel's time is "
              "max(FLOPs / peak, bytes at the levels they can come from) (passes/roofline.kernel_bound)"]
     if defaulted:
-        from graphcost.binding import DEFAULT_DIM_VALUE
-
         lines.append(f"  unbound dims set to {DEFAULT_DIM_VALUE}: {', '.join(defaulted)} (bind them with --dim "
                      "NAME=VALUE)")
     lines.append("")
@@ -204,15 +127,11 @@ def _joined(lines: list[str]) -> str:
 
 def _kernels(kernels: Any) -> list[Any]:
     """ORT's kernels without its views (Reshape, Flatten...), unless there is nothing else."""
-    from graphcost.ops import Kind, lookup
-
     real = [k for k in kernels if (e := lookup(k.domain or "ai.onnx", k.op_type)) is None or e.kind != Kind.VIEW]
     return real or list(kernels)
 
 
 def _signed(value: int | float | None) -> str:
-    from graphcost.report.units import bytes_
-
     if value is None:
         return "?"
     return ("−" if value < 0 else "") + bytes_(abs(value))

@@ -12,22 +12,27 @@ import argparse
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from graphcost.cli.flags import CliError
+from graphcost.cli.output import OutputPathError, check_output
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NAME = "export"
+HELP = "export a PyTorch, TensorFlow or JAX model to ONNX, verified in onnxruntime"
+"""The line ``graphcost --help`` lists for this command."""
 
 DTYPES = ("float32", "float16", "float64", "int32", "int64", "bool")
 DEFAULT_DIM_SIZE = 2  # example size of a named dim other than batch and seq
 
 
-def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
-    del hardware_flags  # export bounds nothing
+def register(subparsers: Any) -> None:
+    """The ``export`` subcommand and its flags."""
     p = subparsers.add_parser(
-        NAME, help="export a PyTorch, TensorFlow or JAX model to ONNX, verified in onnxruntime",
+        NAME, help=HELP,
         description="Export a model to ONNX with its framework's exporter (torch dynamo, tf2onnx, jax2onnx), run the "
                     "file in onnxruntime against the framework at the example shapes and at a second shape for "
                     "dynamic dims, and write it only if they agree.")
@@ -54,8 +59,6 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
 
 
 def _error(msg: str) -> Exception:
-    from graphcost.cli import CliError
-
     return CliError(f"{NAME}: {msg}")
 
 
@@ -88,6 +91,8 @@ def _example_size(dim: str, *, batch: int, seq: int) -> int:
 
 def _example(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """Random example values: floats standard normal, integers 0..9 (valid as small ids), booleans fair coins."""
+    import numpy as np  # lazy: numpy is 0.12 s of imports, only for the example inputs an export runs on
+
     dt = np.dtype(dtype)
     value: np.ndarray
     if dt == np.bool_:
@@ -100,6 +105,8 @@ def _example(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np
 
 
 def _inputs(args: argparse.Namespace) -> tuple[dict[str, np.ndarray], dict[str, dict[int, str]]]:
+    import numpy as np  # lazy: as in _example
+
     inputs: dict[str, np.ndarray] = {}
     dynamic: dict[str, dict[int, str]] = {}
     rng = np.random.default_rng(args.seed)
@@ -116,6 +123,9 @@ def _inputs(args: argparse.Namespace) -> tuple[dict[str, np.ndarray], dict[str, 
 def _saved_model_inputs(source: Path, args: argparse.Namespace) -> tuple[dict[str, np.ndarray],
                                                                           dict[str, dict[int, str]]]:
     """Example inputs from the SavedModel's signature: unknown dims are batch (axis 0), seq (axis 1), else 2."""
+    # lazy: the exporters and the zoo (0.17 s of imports, frameworks on first use) only for export and bench
+    import numpy as np
+
     from graphcost.export._tf import saved_model_inputs
 
     inputs: dict[str, np.ndarray] = {}
@@ -153,6 +163,7 @@ def _load_factory(spec: str) -> Any:
             raise _error(f"{file_part} has no function {factory}")
         return fn()
     except ImportError as e:
+        # lazy: the exporters and the zoo (0.17 s of imports, frameworks on first use) only for export and bench
         from graphcost.models.zoo import FrameworkMissing
 
         if isinstance(e, FrameworkMissing):
@@ -220,8 +231,6 @@ def _protected(source: str) -> dict[str, str]:
 
 
 def _check_output(source: str, output: str) -> Path:
-    from graphcost._outpath import OutputPathError, check_output
-
     out = Path(output)
     if out.is_dir():
         raise _error(f"-o {output}: is a directory; give the .onnx file to write")
@@ -238,6 +247,8 @@ def _check_output(source: str, output: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Build or load the model, export it to ``args.output`` and verify it in onnxruntime."""
+    # lazy: the exporters and the zoo (0.17 s of imports, frameworks on first use) only for export and bench
     from graphcost.export import ExportError, export_jax, export_native, export_tf, export_torch
     from graphcost.models.zoo import FrameworkMissing, build_native
 

@@ -37,6 +37,8 @@ from typing import Any
 from graphcost._dims import Dim, evaluate
 from graphcost.graph import Graph, Node
 from graphcost.hardware.spec import HardwareSpec
+from graphcost.load import load
+from graphcost.measure import _ort_session
 from graphcost.passes.costs import tensor_bytes
 from graphcost.passes.fusion import FusionResult, Role, sum_dims
 
@@ -99,9 +101,6 @@ def ort_version() -> str:
 def optimize(path: str | os.PathLike[str], level: str = DEFAULT_LEVEL) -> Graph:
     """ORT's optimized graph (structure only) at ``level``, saved into and read back from a temp dir."""
     import onnxruntime as ort
-
-    from graphcost.load import load
-    from graphcost.measure import _ort_session  # here: graphcost.measure imports this module
 
     if level not in LEVELS:
         raise ValueError(f"unknown ORT optimization level {level!r} (one of {', '.join(LEVELS)})")

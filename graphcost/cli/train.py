@@ -10,26 +10,38 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from typing import Any
 
+from graphcost.cli.flags import (
+    EXIT_OK,
+    CliError,
+    analysis_error,
+    hardware_flags,
+    model_flags,
+    output_flags,
+    parse_model_flags,
+    resolve_hardware,
+)
+from graphcost.cli.output import guard, hardware_input, protected_paths, write_output
+
 NAME = "train"
+HELP = "training step: forward + backward cost, checkpointing and parallel what-ifs"
+"""The line ``graphcost --help`` lists for this command."""
 DEFAULT_TRAIN_HARDWARE = "h100-sxm"
 TABLE_POLICIES = ("none", "blocks", "sqrt")
 
 
-def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
-    from graphcost import cli
-
+def register(subparsers: Any) -> None:
+    """The ``train`` subcommand and its flags."""
     p = subparsers.add_parser(
-        NAME, help="training step: forward + backward cost, checkpointing and parallel what-ifs",
+        NAME, help=HELP,
         description="Forward + backward FLOPs and bytes of one training step from a forward export, the "
                     "activations backward keeps, checkpointing policies' memory/time trade-off, and per-device "
                     "cost and communication under tensor, pipeline and data parallelism (ZeRO 1-3). "
                     f"Hardware defaults to {DEFAULT_TRAIN_HARDWARE}.")
     p.add_argument("model", help="path to an .onnx file (a forward export)")
     hardware_flags(p)
-    cli.model_flags(p)
+    model_flags(p)
     p.add_argument("--checkpoint", default="none", metavar="POLICY",
                    help="checkpointing policy for the memory total: none (default), blocks, every:K, sqrt, "
                         "keep:T1,T2 (the trade-off table always shows none, blocks and sqrt too)")
@@ -43,24 +55,22 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
     p.add_argument("--tokens", type=int, metavar="T", help="tokens per step, for the 6·N·T reference line")
     p.add_argument("--optimizer-state-multiplier", type=float, default=2.0, metavar="K",
                    help="optimizer state as K × weight bytes (default 2, Adam)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    output_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphcost import cli
-
-    flags = cli.parse_model_flags(args)
+    """Cost one training step of the forward export and print it."""
+    flags = parse_model_flags(args)
     if args.output:
-        from graphcost._outpath import guard, hardware_input, protected_paths
 
         guard(args.output, lambda: {**protected_paths(args.model), **hardware_input(args.hardware),
                                     **hardware_input(args.cluster)})
     if args.tokens is not None and args.tokens < 1:
-        raise cli.CliError("--tokens must be ≥ 1")
+        raise CliError("--tokens must be ≥ 1")
     if args.hardware is None and not args.peak_flops:
         args.hardware = DEFAULT_TRAIN_HARDWARE
-    hw = cli.resolve_hardware(args)
+    hw = resolve_hardware(args)
+    # lazy: the training passes pull in the pipeline (0.52 s of imports); only train needs them
     from graphcost.hardware.interconnect import resolve_cluster
     from graphcost.passes.checkpointing import parse_policy
     from graphcost.passes.parallel import ParallelOptions
@@ -71,25 +81,27 @@ def run(args: argparse.Namespace) -> int:
                                   args.micro_batches, args.zero, args.optimizer_state_multiplier)
         cluster = resolve_cluster(args.cluster)
     except ValueError as e:
-        raise cli.CliError(str(e).splitlines()[0]) from None
+        raise CliError(str(e).splitlines()[0]) from None
     analysis = flags.analysis(args.model)
     try:
         report = build(analysis, hw, policy, options, cluster, tokens=args.tokens)
     except ValueError as e:
-        raise cli.analysis_error(e, args.model) from None
+        raise analysis_error(e, args.model) from None
     if args.format == "json":
         text = json.dumps(report, indent=2, default=str) + "\n"
     else:
+        # lazy: the training passes pull in the pipeline (0.52 s of imports); only train needs them
         from graphcost.report.training_text import render
 
         text = render(report)
-    cli.write_output(args.output, text)
-    return cli.EXIT_OK
+    write_output(args.output, text)
+    return EXIT_OK
 
 
 def build(analysis: Any, hw: Any, policy: Any, options: Any, cluster: Any, *, tokens: int | None = None
           ) -> dict[str, Any]:
     """The report as a dict: ``training`` (cost, kept activations, blocks, checkpointing) and ``parallel``."""
+    # lazy: the training passes pull in the pipeline (0.52 s of imports); only train needs them
     from graphcost._dims import evaluate
     from graphcost.analysis import stage
     from graphcost.graph import TensorKind
@@ -143,6 +155,7 @@ def build(analysis: Any, hw: Any, policy: Any, options: Any, cluster: Any, *, to
 
 def _block_parameters(graph: Any, block_nodes: set[str]) -> int:
     """Elements of the floating-point parameters read by block nodes (the non-embedding N of 6·N·T)."""
+    # lazy: the training passes pull in the pipeline (0.52 s of imports); only train needs them
     from graphcost._dims import numel
     from graphcost.graph import TensorKind
     from graphcost.passes.training import requires_grad

@@ -17,17 +17,31 @@ import argparse
 import dataclasses
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from graphcost.cli.flags import (
+    CliError,
+    analysis_error,
+    hardware_flags,
+    model_flags,
+    output_flags,
+    parse_model_flags,
+    resolve_hardware,
+)
+from graphcost.cli.output import guard, hardware_input, protected_paths, write_output
+from graphcost.report import bench_text
+from graphcost.report.escape import terminal_text
+
 NAME = "bench"
+HELP = "measure a model in onnxruntime (per-kernel times) and its native framework"
+"""The line ``graphcost --help`` lists for this command."""
 EXIT_ACCOUNTING = 1
 
 
 def add_measure_flags(p: argparse.ArgumentParser) -> None:
-    from graphcost.cli import model_flags
-
+    """The model and measurement flags ``bench`` and ``gap`` share (one definition)."""
     p.add_argument("model", help="an .onnx file, ref:FRAMEWORK/ARCH (e.g. ref:torch/cnn) for a reference model, or "
                                  "FILE.py:FACTORY for a model your code builds")
     model_flags(p)
@@ -48,11 +62,11 @@ def add_measure_flags(p: argparse.ArgumentParser) -> None:
                         "tf.function)")
     p.add_argument("--compile", action="store_true", help="with --native on torch: time torch.compile too")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    output_flags(p)
 
 
 def add_gap_flags(p: argparse.ArgumentParser) -> None:
+    """The flags only the gap report reads (``bench --gap`` and ``gap``)."""
     p.add_argument("--budget-ms", type=float, default=None, metavar="MS",
                    help="latency budget: checked against p99 at sustained clocks; a floor above it is a veto")
     p.add_argument("--sustained-clock", type=float, default=1.0, metavar="F",
@@ -62,9 +76,10 @@ def add_gap_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N", help="kernel and group rows shown (text)")
 
 
-def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(subparsers: Any) -> None:
+    """The ``bench`` subcommand and its flags."""
     p = subparsers.add_parser(
-        NAME, help="measure a model in onnxruntime (per-kernel times) and its native framework",
+        NAME, help=HELP,
         description="Time a model in onnxruntime (median, p90, p99, min, spread; per-kernel times from ORT's "
                     "profiler mapped back to source nodes; measured memory) and, for ref: models with --native, "
                     "in its own framework. --gap adds the gap report (see graphcost gap --help).")
@@ -75,12 +90,13 @@ def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser]
 
 
 def run(args: argparse.Namespace) -> int:
+    """Measure the model; with ``--gap``, the gap report."""
     return measure_and_report(args, gap=bool(args.gap))
 
 
 def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
-    from graphcost.cli import CliError, parse_model_flags, resolve_hardware
-
+    """Measure ``args.model`` in onnxruntime (and natively), print the run or, with ``gap``, the gap
+    report; 1 when a row was measured faster than its bound."""
     flags = parse_model_flags(args)
     if args.batch is not None:
         flags = dataclasses.replace(flags, dims={**flags.dims, "batch": args.batch})
@@ -103,7 +119,6 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
     if factory is not None and not factory.is_file():
         raise CliError(f"{factory}: no such file")
     if args.output:  # before anything runs: never over the model, its weights, its code or the --hardware file
-        from graphcost._outpath import guard, hardware_input, protected_paths
 
         model = None if args.model.startswith("ref:") or factory is not None else args.model
         code = {str(factory): "the model's code"} if factory is not None else {}
@@ -125,7 +140,8 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
         ort_run = _run_ort(path, run_dims, args, feeds, analysis, binding)
         natives = _run_natives(native_model, ort_run, args) if args.native else []
         if gap:
-            from graphcost import gap_report
+            # lazy: measuring pulls in onnxruntime and the pipeline (0.32 s + 0.52 s of imports); only bench/gap
+            from graphcost.measure import gap_report
             from graphcost.report import gap_text
 
             assert hw is not None
@@ -141,8 +157,8 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
             _write(args, text)
             return EXIT_ACCOUNTING if report.errors else 0
         _say_binding(analysis, binding)
-        _write(args, _bench_json(ort_run, natives, args.model) if args.format == "json"
-               else _bench_text(ort_run, natives, args.model))
+        _write(args, bench_text.render_json(ort_run, natives, args.model) if args.format == "json"
+               else bench_text.render(ort_run, natives, args.model))
         return 0
 
 
@@ -156,10 +172,10 @@ def _factory_file(spec: str) -> Path | None:
 
 def _export_factory(args: argparse.Namespace, tmp: Path, dims: dict[str, int]) -> tuple[Path, Any]:
     """``FILE.py:FACTORY`` built, exported at its example inputs (static shapes) into ``tmp``, and verified."""
+    # lazy: measuring pulls in onnxruntime and the pipeline (0.32 s + 0.52 s of imports); only bench/gap
     from graphcost import oneshot
-    from graphcost._cmd_export import _error as export_error
-    from graphcost._cmd_export import _load_factory, parse_input
-    from graphcost.cli import CliError
+    from graphcost.cli.export import _error as export_error
+    from graphcost.cli.export import _load_factory, parse_input
     from graphcost.export import ExportError
     from graphcost.measure import FrameworkMissing
 
@@ -181,7 +197,8 @@ def _export_factory(args: argparse.Namespace, tmp: Path, dims: dict[str, int]) -
                            "return (model, example_inputs) from the factory")
         import numpy as np
 
-        from graphcost._cmd_export import _example
+        # lazy: measuring pulls in onnxruntime and the pipeline (0.32 s + 0.52 s of imports); only bench/gap
+        from graphcost.cli.export import _example
 
         rng = np.random.default_rng(args.seed)
         inputs = {}
@@ -210,8 +227,6 @@ def _export_factory(args: argparse.Namespace, tmp: Path, dims: dict[str, int]) -
 
 def _resolve_model(spec: str, tmp: Path, dims: dict[str, int]) -> tuple[Path, Any]:
     """The .onnx path to measure, and the native model when ``spec`` is ``ref:FRAMEWORK/ARCH``."""
-    from graphcost.cli import CliError
-
     if not spec.startswith("ref:"):
         p = Path(spec)
         if not p.is_file():
@@ -222,6 +237,7 @@ def _resolve_model(spec: str, tmp: Path, dims: dict[str, int]) -> tuple[Path, An
     except ValueError:
         raise CliError(f"{spec}: expected ref:FRAMEWORK/ARCH, e.g. ref:torch/cnn") from None
     try:
+        # lazy: measuring pulls in onnxruntime and the pipeline (0.32 s + 0.52 s of imports); only bench/gap
         from graphcost.export import ExportError, export_native
         from graphcost.models import zoo
     except ImportError as e:
@@ -245,7 +261,7 @@ def _run_inputs(analysis: Any, native: Any, args: argparse.Namespace, values: Ma
     """The run binding (``Analysis.run_binding``: a ref model's own example shapes count as known sizes, so ORT runs
     on the very inputs the native framework gets) and the arrays to feed: the ref model's inputs when they fit
     the binding, else ``graphcost.measure.make_inputs`` under it, with ``--input-value`` inputs as given."""
-    from graphcost.cli import analysis_error
+    # lazy: measuring pulls in onnxruntime and the pipeline (0.32 s + 0.52 s of imports); only bench/gap
     from graphcost.measure.inputs import make_inputs
 
     sizes: dict[str, int] = {}
@@ -276,7 +292,7 @@ def _run_inputs(analysis: Any, native: Any, args: argparse.Namespace, values: Ma
 
 def _check_bounded(analysis: Any, path: Path, feeds: Mapping[str, Any], specialized: bool) -> None:
     """Refuse a model whose loops may not end (``graphcost.measure._bounded``), on the file's own graph."""
-    from graphcost.cli import CliError
+    # lazy: measuring pulls in onnxruntime and the pipeline (0.32 s + 0.52 s of imports); only bench/gap
     from graphcost.load import display_path, load
     from graphcost.measure._bounded import RunRefused, check_bounded
 
@@ -289,8 +305,8 @@ def _check_bounded(analysis: Any, path: Path, feeds: Mapping[str, Any], speciali
 
 def _say_binding(analysis: Any, binding: Any) -> None:
     """After a run that worked: which input dims took 1 (a warning) and which took a size the model states."""
+    # lazy: measuring pulls in onnxruntime and the pipeline (0.32 s + 0.52 s of imports); only bench/gap
     from graphcost.binding import DEFAULT_DIM_VALUE
-    from graphcost.report.escape import terminal_text
 
     defaulted = [d for d in analysis.input_dims if d in binding.defaulted]
     if defaulted:
@@ -304,8 +320,8 @@ def _say_binding(analysis: Any, binding: Any) -> None:
 
 def _run_ort(path: Path, dims: dict[str, int], args: argparse.Namespace, inputs: Any, analysis: Any,
              binding: Any) -> Any:
+    # lazy: measuring pulls in onnxruntime and the pipeline (0.32 s + 0.52 s of imports); only bench/gap
     from graphcost.binding import run_failed
-    from graphcost.cli import CliError, analysis_error
     from graphcost.measure import run_ort
 
     try:
@@ -321,7 +337,7 @@ def _run_ort(path: Path, dims: dict[str, int], args: argparse.Namespace, inputs:
 
 def _run_natives(model: Any, ort_run: Any, args: argparse.Namespace) -> list[Any]:
     """The native framework's runs on the inputs ORT used (the ref model's own input order)."""
-    from graphcost.cli import CliError
+    # lazy: measuring pulls in onnxruntime and the pipeline (0.32 s + 0.52 s of imports); only bench/gap
     from graphcost.measure import time_jax, time_tf, time_torch
 
     if model is None:
@@ -340,53 +356,4 @@ def _run_natives(model: Any, ort_run: Any, args: argparse.Namespace) -> list[Any
 
 
 def _write(args: argparse.Namespace, text: str) -> None:
-    from graphcost.cli import write_output
-
     write_output(args.output, text)
-
-
-def _bench_text(run: Any, natives: list[Any], label: str) -> str:
-    from graphcost.report.units import bytes_, seconds
-
-    lat = run.latency
-    shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in run.input_shapes.items())
-    out = [f"bench: {label}  ({shapes}; ORT {run.ort_version}, {run.provider}, level {run.level}, "
-           f"{run.intra_op_threads or 'default'} threads, {run.warmup} warm-up + {run.repeats} runs)",
-           f"  {'runner':<24} {'median':>10} {'p90':>10} {'p99':>10} {'min':>10} {'spread':>10}"]
-    rows = [(f"onnxruntime/{run.provider}", lat)] + [(f"{n.framework}/{n.mode}/{n.device}", n.latency)
-                                                     for n in natives]
-    for name, t in rows:
-        out.append(f"  {name:<24} {seconds(t.median):>10} {seconds(t.p90):>10} {seconds(t.p99):>10} "
-                   f"{seconds(t.min):>10} {seconds(t.spread):>10}")
-    out.append(f"  measured memory: {bytes_(run.memory_peak_bytes) if run.memory_peak_bytes is not None else 'n/a'}"
-               f" ({run.memory_source})")
-    kernels = sorted(run.kernels, key=lambda k: -k.timing.median)
-    out.append(f"  kernels (profiled, slowest first): {len(kernels)}")
-    for k in kernels[:10]:
-        covers = ", ".join(k.covers[:3]) + (f" +{len(k.covers) - 3}" if len(k.covers) > 3 else "")
-        out.append(f"    {k.op_type + ' ' + k.name:<48.48} {seconds(k.timing.median):>10}  covers {covers or '-'}")
-    for n in natives:
-        for note in n.notes:
-            out.append(f"  note ({n.framework}): {note}")
-    for w in run.warnings:
-        out.append(f"  warning: {w}")
-    return "\n".join(out) + "\n"
-
-
-def _bench_json(run: Any, natives: list[Any], label: str) -> str:
-    import json
-
-    d = {
-        "schema": "graphcost.bench/1", "model": label, "provider": run.provider, "level": run.level,
-        "threads": run.intra_op_threads, "warmup": run.warmup, "repeats": run.repeats,
-        "binding": dict(run.binding), "input_shapes": {k: list(v) for k, v in run.input_shapes.items()},
-        "latency": run.latency.to_dict(), "ort_version": run.ort_version,
-        "memory": {"peak_bytes": run.memory_peak_bytes, "source": run.memory_source},
-        "kernels": [{"name": k.name, "op_type": k.op_type, "domain": k.domain, "provider": k.provider,
-                     "covers": list(k.covers), "timing": k.timing.to_dict()} for k in run.kernels],
-        "native": [{"framework": n.framework, "mode": n.mode, "device": n.device, "version": n.version,
-                    "latency": n.latency.to_dict(), "memory": dict(n.memory), "notes": list(n.notes)}
-                   for n in natives],
-        "warnings": list(run.warnings),
-    }
-    return json.dumps(d, indent=2) + "\n"

@@ -9,18 +9,30 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
+from graphcost.cli.flags import (
+    CliError,
+    analysis_error,
+    hardware_flags,
+    model_flags,
+    parse_model_flags,
+    resolve_hardware,
+)
+from graphcost.cli.output import guard, hardware_input, protected_paths
+from graphcost.report.escape import terminal_text
+from graphcost.report.units import bytes_, seconds, si
+
 NAME = "fold"
+HELP = "fold BatchNormalization into Conv/Gemm/MatMul, verified in onnxruntime"
+"""The line ``graphcost --help`` lists for this command."""
 EXIT_MISMATCH = 1
 
 
-def register(subparsers: Any, hardware_flags: Callable[[argparse.ArgumentParser], None]) -> None:
-    from graphcost.cli import model_flags
-
+def register(subparsers: Any) -> None:
+    """The ``fold`` subcommand and its flags."""
     p = subparsers.add_parser(
-        NAME, help="fold BatchNormalization into Conv/Gemm/MatMul, verified in onnxruntime",
+        NAME, help=HELP,
         description="Fold every foldable BatchNormalization into its neighbouring Conv, ConvTranspose, Gemm or "
                     "MatMul, check the result against the original in onnxruntime on random inputs, and write it "
                     "only if they agree. Refused BNs are listed with the reason.")
@@ -39,8 +51,6 @@ def _check_output(model: str, output: str, hardware: str | None) -> None:
     ``fold_model`` refuses the model itself; the CLI also refuses its external-data files (``-o weights.bin``
     would replace them with the folded model), through any symlink, hard link or ``..``.
     """
-    from graphcost._outpath import guard, hardware_input, protected_paths
-
     if not os.path.isfile(model):
         return  # fold_model says why, in its own words
     protected = protected_paths(model)
@@ -50,12 +60,11 @@ def _check_output(model: str, output: str, hardware: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphcost.cli import CliError, analysis_error, parse_model_flags, resolve_hardware
+    """Fold, verify and write the model; 1 (nothing written) when verification fails."""
+    # lazy: folding pulls in the pipeline and onnxruntime (0.44 s of imports); only fold needs it
     from graphcost.fold import FoldError, FoldMismatch, fold_model
     from graphcost.load import LoadError, display_path
     from graphcost.passes.batchnorm import time_saved_s
-    from graphcost.report.escape import terminal_text
-    from graphcost.report.units import bytes_, seconds, si
 
     flags = parse_model_flags(args)
     for flag, value in (("--rtol", args.rtol), ("--atol", args.atol)):

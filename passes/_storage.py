@@ -1,0 +1,208 @@
+"""Storages and the bytes crossing a node set: what a fused group, an ORT kernel or a gap row moves.
+
+One convention, written once (:meth:`Storage.crossing`), for every set of top-level nodes run as one kernel:
+
+* **reads** — each *storage* a kernel of the set reads whose writer is outside the set, once. A view
+  (Reshape, Squeeze, Flatten, Identity) and its input are one storage; initializers and graph inputs have no
+  writer. Only data slots count: the slots a rule declares free (Shape's input, Reshape's shape) are not read;
+  If/Loop/Scan also read the outer-scope values their bodies use;
+* **writes** — each tensor a kernel of the set writes that is read by a kernel outside the set (with
+  ``runs``: by one that executes), or whose storage is a graph output, once;
+* views and free ops (Constant, Shape) move nothing themselves: a view inside the set passes its input's
+  storage through, a view outside it reads nothing.
+
+    a ──► Relu ──► r ──► Reshape ──► v ──► Sigmoid ──► z        set {Relu, Reshape}: read a, write r
+                                                                set {Reshape, Sigmoid}: read r (as v), write z
+
+``bytes_fused`` of a fusion group is its crossing with every node running; ``graphcost.gap.Bounder`` bounds a
+set from the same crossing; ``graphcost.fusion_ort`` passes ``runs`` for the nodes ORT's graph still executes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from graphcost._dims import Dim, simplify_dim
+from graphcost._sym import sympy
+from graphcost.graph import Graph, Node
+from graphcost.ops import lookup
+from graphcost.passes._fusion_policy import NodeInfo, Role, classify_all
+from graphcost.passes.costs import tensor_bytes
+
+_VIEW, _FREE, _CONTROL = Role.VIEW, Role.FREE, Role.CONTROL
+_MISSING = object()
+Entry = tuple[str, str, Dim | None]
+"""(tensor, the member that reads or writes it, its bytes)."""
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """Tensors crossing a set of nodes' border: (tensor, node that reads or writes it, bytes) once each."""
+
+    reads: tuple[Entry, ...]
+    writes: tuple[Entry, ...]
+
+    @property
+    def bytes(self) -> Dim | None:
+        return sum_dims(b for _, _, b in (*self.reads, *self.writes))
+
+
+class Storage:
+    """Aliases (views share their input's storage), data readers of each storage, graph-output storages."""
+
+    def __init__(self, graph: Graph, infos: Mapping[str, NodeInfo], reads: Mapping[str, tuple[str, ...]],
+                 order: list[str], pos: Mapping[str, int] | None = None) -> None:
+        self.graph = graph
+        self.infos = infos
+        self.reads = reads
+        self.pos = pos if pos is not None else {n: i for i, n in enumerate(order)}
+        self.base: dict[str, str] = {}
+        self.readers: dict[str, list[str]] = {}
+        self.producer: dict[str, str] = {}  # storage → the kernel node that writes it
+        self._bytes: dict[str, Dim | None] = {}
+        self._users: dict[str, list[str]] = {}  # tensor → the nodes (not free ones) reading it, in any slot
+        self.output_names = frozenset(graph.output_names)
+        base, readers, producer, users, node_of = self.base, self.readers, self.producer, self._users, graph.node
+        for n in order:
+            node = node_of(n)
+            role = infos[n].role
+            if role is _FREE:
+                continue
+            for t in node.inputs:
+                if t:
+                    got = users.get(t)
+                    if got is None:
+                        users[t] = [n]
+                    else:
+                        got.append(n)
+            if role is not _VIEW:
+                for t in reads[n]:
+                    b = base.get(t, t)
+                    got = readers.get(b)
+                    if got is None:
+                        readers[b] = [n]
+                    else:
+                        got.append(n)
+                for t in node.outputs:
+                    if t:
+                        producer[t] = n
+            elif node.inputs and node.inputs[0] and node.outputs:
+                base[node.outputs[0]] = base.get(node.inputs[0], node.inputs[0])
+        self.output_storages = {self.base_of(t) for t in graph.output_names}
+
+    @classmethod
+    def of(cls, graph: Graph) -> Storage:
+        """The storages of ``graph``'s top-level nodes, classified as the fusion pass classifies them."""
+        nodes = list(graph.nodes())
+        infos = classify_all(graph, nodes)
+        return cls(graph, infos, data_reads_all(graph, nodes, infos), graph.topological_order())
+
+    def base_of(self, tensor: str) -> str:
+        return self.base.get(tensor, tensor)
+
+    def users(self, tensor: str) -> list[str]:
+        """The nodes other than free ones that take ``tensor`` as an input (data or not)."""
+        return self._users.get(tensor, [])
+
+    def bytes_of(self, tensor: str) -> Dim | None:
+        """``tensor_bytes`` of a tensor, computed once."""
+        got = self._bytes.get(tensor, _MISSING)
+        if got is _MISSING:
+            got = self._bytes[tensor] = tensor_bytes(self.graph.tensor(tensor))
+        return got  # type: ignore[return-value]
+
+    def crossing(self, members: Collection[str], runs: Callable[[str], bool] | None = None) -> Crossing:
+        """The tensors crossing the border of ``members`` (the module docstring's convention), in graph order."""
+        inside = members if isinstance(members, (set, frozenset)) else set(members)
+        reads, writes = self.traffic(sorted(inside, key=lambda x: self.pos.get(x, -1)), inside, runs)
+        return Crossing(tuple(reads.values()), tuple(writes.values()))
+
+    def traffic(self, ordered: Iterable[str], inside: Collection[str], runs: Callable[[str], bool] | None = None
+                ) -> tuple[dict[str, Entry], dict[str, Entry]]:
+        """:meth:`crossing` as two dicts, reads keyed by storage and writes by tensor; ``ordered`` is ``inside``
+        in the order the entries are wanted (the fusion pass passes its groups' member lists as they are)."""
+        reads: dict[str, Entry] = {}
+        writes: dict[str, Entry] = {}
+        infos, base, producer, readers, node_of = self.infos, self.base, self.producer, self.readers, self.graph.node
+        sreads, output_storages, nbytes, tensor = self.reads, self.output_storages, self._bytes, self.graph.tensor
+        for n in ordered:
+            info = infos.get(n)
+            if info is None or info.role is _VIEW or info.role is _FREE:
+                continue
+            for t in sreads[n]:
+                b = base.get(t, t)
+                if b not in reads and producer.get(b) not in inside:
+                    got = nbytes.get(t, _MISSING)
+                    if got is _MISSING:
+                        got = nbytes[t] = tensor_bytes(tensor(t))
+                    reads[b] = (t, n, got)  # type: ignore[assignment]
+            for t in node_of(n).outputs:
+                if not t or t in writes:
+                    continue
+                if t not in output_storages:
+                    for r in readers.get(t, ()):
+                        if r not in inside and (runs is None or runs(r)):
+                            break
+                    else:
+                        continue
+                got = nbytes.get(t, _MISSING)
+                if got is _MISSING:
+                    got = nbytes[t] = tensor_bytes(tensor(t))
+                writes[t] = (t, n, got)  # type: ignore[assignment]
+        return reads, writes
+
+
+def data_reads(graph: Graph, node: Node, info: NodeInfo) -> tuple[str, ...]:
+    """The distinct tensors whose data the node reads: not Shape's input, not omitted ones; for If/Loop/Scan
+    also the outer-scope values their bodies read."""
+    return data_reads_all(graph, (node,), {node.name: info})[node.name]
+
+
+def data_reads_all(graph: Graph, nodes: Iterable[Node], infos: Mapping[str, NodeInfo]) -> dict[str, tuple[str, ...]]:
+    """:func:`data_reads` of every node, the registry looked up once per op type."""
+    free_slots: dict[tuple[str, str], frozenset[int]] = {}
+    out: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        role = infos[node.name].role
+        if role is _FREE:
+            out[node.name] = ()
+            continue
+        key = (node.domain, node.op_type)
+        free = free_slots.get(key)
+        if free is None:
+            entry = lookup(node.domain, node.op_type)
+            free = free_slots[key] = entry.free_inputs if entry is not None else frozenset()
+        if free:
+            ins = [t for i, t in enumerate(node.inputs) if t and i not in free]
+        else:
+            ins = [t for t in node.inputs if t]
+        if role is _CONTROL:
+            ins += [t for t in _captured(graph, node) if graph.tensor(t) is not None]
+        out[node.name] = tuple(ins) if len(ins) < 2 else tuple(dict.fromkeys(ins))
+    return out
+
+
+def _captured(graph: Graph, node: Node) -> list[str]:
+    names: list[str] = []
+    for _, child in graph.children(node.name):
+        inner = set(child.input_names) | set(child.initializer_names()) | \
+            {t for n in child.nodes() for t in n.outputs}
+        for n in child.nodes():
+            names += [t for t in (*n.inputs, *_captured(child, n)) if t and t not in inner]
+    return names
+
+
+def sum_dims(values: Iterable[Dim | None]) -> Dim | None:
+    """Σ of counts, exact (ints stay ints); None when any is unknown."""
+    ints = 0
+    terms: list[Any] = []
+    for v in values:
+        if v is None:
+            return None
+        if isinstance(v, int):
+            ints += v
+        else:
+            terms.append(v)
+    return ints if not terms else simplify_dim(sympy.Add(ints, *terms))
