@@ -143,7 +143,7 @@ def gap(
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
 ) -> Any:
-    """Time a model natively and in onnxruntime and return its gap report (``graphcost.gap_report.GapReport``):
+    """Time a model natively and in onnxruntime and return its gap report (``graphcost.measure.gap_report.GapReport``):
     bound, observed, efficiency, achieved FLOP/s and B/s per model, kernel and fusion group, each with a
     diagnosis and its next steps. Render it with ``graphcost.report.gap_text.render(report)``.
 

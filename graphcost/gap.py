@@ -7,7 +7,7 @@ with the capacity-aware memory time of ``passes/roofline.py`` and ``residency`` 
 benchmark loop re-runs a model whose footprint may sit on chip).
 
 Rows:
-- **kernel** — one unit of ORT's optimized graph (kernels linked by minted tensors, ``graphcost.fusion_ort``)
+- **kernel** — one unit of ORT's optimized graph (kernels linked by minted tensors, ``graphcost.measure.fusion_ort``)
   and the source nodes it computes; observed = the median over profiled runs of the unit's kernel times.
   A layout/dtype conversion unit computes no source node: its bound moves its tensor in and out once.
 - **group** — an ideal fusion group (``passes/fusion.py``), merged with any other group an ORT unit spans;

@@ -15,7 +15,7 @@ One convention, written once (:meth:`Storage.crossing`), for every set of top-le
                                                                 set {Reshape, Sigmoid}: read r (as v), write z
 
 ``bytes_fused`` of a fusion group is its crossing with every node running; ``graphcost.gap.Bounder`` bounds a
-set from the same crossing; ``graphcost.fusion_ort`` passes ``runs`` for the nodes ORT's graph still executes.
+set from the same crossing; ``graphcost.measure.fusion_ort`` passes ``runs`` for the nodes ORT's graph still executes.
 """
 
 from __future__ import annotations
