@@ -30,16 +30,21 @@ Number = int | float
 
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
+    """One tensor as the report shows it: name, shape (dims or formulas; None when unknown) and dtype."""
+
     name: str
     shape: tuple[int | str, ...] | None
     dtype: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``graphcost.report``)."""
         return {"name": self.name, "shape": None if self.shape is None else list(self.shape), "dtype": self.dtype}
 
 
 @dataclass(frozen=True, slots=True)
 class NodeReport:
+    """One node's costs: FLOPs, bytes read and written, its roofline bound and why anything is unknown."""
+
     name: str
     op_type: str
     domain: str
@@ -69,11 +74,13 @@ class NodeReport:
 
     @property
     def bytes(self) -> Number | None:
+        """Bytes read plus bytes written; None when either is unknown (unknown is never zero)."""
         if self.bytes_read is None or self.bytes_written is None:
             return None
         return self.bytes_read + self.bytes_written
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``graphcost.report``)."""
         return {**self._head(), "inputs": [t.to_dict() for t in self.inputs],
                 "outputs": [t.to_dict() for t in self.outputs], **self._tail()}
 
@@ -119,6 +126,8 @@ def _tensor_json(t: TensorInfo, seen: dict[int, str]) -> str:
 
 @dataclass(frozen=True)
 class ModelInfo:
+    """The model as loaded: path, opset, producer, inputs/outputs and parameter counts."""
+
     path: str | None
     ir_version: int
     opsets: Mapping[str, int]
@@ -137,6 +146,7 @@ class ModelInfo:
     computed."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``graphcost.report``)."""
         return {
             "path": self.path, "ir_version": self.ir_version, "opsets": dict(self.opsets),
             "producer": self.producer, "node_count": self.node_count, "parameter_count": self.parameter_count,
@@ -149,6 +159,8 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class ReportTotals:
+    """Whole-model sums of the nodes' FLOPs, bytes and bound, with how much of it has a cost rule."""
+
     flops: Number
     macs: Number
     bytes_read: Number
@@ -168,6 +180,7 @@ class ReportTotals:
     """Total bytes as the graph is written (KV cache copied into ``present``), where it differs from ``bytes``."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``graphcost.report``)."""
         return {
             "flops": self.flops, "macs": self.macs, "bytes_read": self.bytes_read,
             "bytes_written": self.bytes_written, "bytes": self.bytes, "dram_bytes": self.dram_bytes,
@@ -191,13 +204,16 @@ class Coverage:
 
     @property
     def node_share(self) -> float:
+        """Share of nodes that have a cost rule (1.0 for an empty model)."""
         return self.nodes_with_rule / self.nodes if self.nodes else 1.0
 
     @property
     def byte_share(self) -> float:
+        """Share of bytes moved by nodes that have a cost rule (1.0 when no bytes move)."""
         return self.bytes_with_rule / self.bytes if self.bytes else 1.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``graphcost.report``)."""
         return {"nodes": self.nodes, "nodes_with_rule": self.nodes_with_rule, "node_share": self.node_share,
                 "bytes": self.bytes, "bytes_with_rule": self.bytes_with_rule, "byte_share": self.byte_share,
                 "unknown_ops": dict(self.unknown_ops)}
@@ -205,15 +221,20 @@ class Coverage:
 
 @dataclass(frozen=True)
 class Warning_:
+    """One warning: the node it is about (None for the whole model) and a human reason."""
+
     node: str | None
     message: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``graphcost.report``)."""
         return {"node": self.node, "message": self.message}
 
 
 @dataclass(frozen=True)
 class OpTypeRow:
+    """Totals of one op type: node count, FLOPs, MACs, bytes, bound time and its share of the whole."""
+
     op_type: str
     domain: str
     count: int
@@ -297,6 +318,7 @@ class Report:
         return sorted(tops, key=lambda x: -(x.roofline_time_s or 0.0))[:n]
 
     def node(self, name: str) -> NodeReport:
+        """The node report named ``name``; KeyError when the report has none."""
         for n in self.nodes:
             if n.name == name:
                 return n
