@@ -81,7 +81,6 @@ __all__ = [
     "read_sys_caches",
     "run_tool",
     "simd_from_flags",
-    "spec_to_dict",
 ]
 
 DEFAULT_DRAM_BANDWIDTH = 19.2e9
@@ -118,22 +117,9 @@ class Detection:
             "apple": None if self.apple is None else asdict(self.apple),
             "matched": None if self.matched is None else self.matched.name,
             "how": self.how,
-            "spec": spec_to_dict(self.spec),
+            "spec": self.spec.to_dict(complete=True),
             "notes": list(self.notes),
         }
-
-
-def spec_to_dict(spec: HardwareSpec) -> dict[str, Any]:
-    """A spec as JSON-ready values (the ``spec`` member of ``--format json``)."""
-    out: dict[str, Any] = {
-        "name": spec.name, "kind": spec.kind, "description": spec.description,
-        "peak_flops": dict(spec.peak_flops), "memory_bandwidth": spec.memory_bandwidth,
-        "onchip_bytes": spec.onchip_bytes, "onchip_bandwidth": spec.onchip_bandwidth,
-        "cache_levels": [list(level) for level in spec.cache_levels],
-        "energy_per_byte": spec.energy_per_byte, "sustained_power_w": spec.sustained_power_w,
-        "sources": list(spec.sources),
-    }  # fmt: skip
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from ._bench_kernels import (
 from ._cache_levels import BandwidthSample, LevelRoof, _size, _sweep
 from ._cache_levels import _capacities as _capacities  # tests check capacities and levels through this module
 from ._cache_levels import _levels as _levels
-from .detect import Detection, detect, low_precision_arithmetic, spec_to_dict
+from .detect import Detection, detect, low_precision_arithmetic
 from .spec import HardwareSpec
 
 __all__ = [
@@ -106,7 +106,7 @@ class Measured:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "spec": spec_to_dict(self.spec),
+            "spec": self.spec.to_dict(complete=True),
             "threads": self.threads,
             "quick": self.quick,
             "busy": self.busy,

@@ -280,12 +280,11 @@ def test_hardware_spec_crosses_to_workers_whole() -> None:
     # tasks carry the spec as JSON-ready dicts: every roof must survive, cache levels included
     import json
 
-    from graphcost.audit.worker import spec_from_dict, spec_to_dict
     from graphcost.hardware.spec import HardwareSpec
 
     spec = HardwareSpec("m", {"float32": 1e11, "float64": 5e10}, 2e10, onchip_bytes=1 << 25, onchip_bandwidth=7e10,
                         cache_levels=((1 << 16, 9e10), (1 << 20, 8e10), (1 << 25, 7e10)), kind="measured")
-    back = spec_from_dict(json.loads(json.dumps(spec_to_dict(spec))))
+    back = HardwareSpec.from_dict(json.loads(json.dumps(spec.to_dict(complete=True))))
     assert back == spec
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from graphcost.audit.worker import spec_from_dict, spec_to_dict
 from graphcost.hardware.spec import HardwareSpec
 
 SPEC = HardwareSpec("dev", peak_flops={"float32": 2e12, "float16": 8e12}, memory_bandwidth=50e9,
@@ -30,6 +29,6 @@ def test_complete_form_round_trips_every_field_through_json() -> None:
 
 def test_audit_task_keeps_memory_bytes() -> None:
     # regression: the audit worker's own dict form left memory_bytes out, so a task's spec lost its capacity
-    back = spec_from_dict(json.loads(json.dumps(spec_to_dict(SPEC))))
+    back = HardwareSpec.from_dict(json.loads(json.dumps(SPEC.to_dict(complete=True))))
     assert back.memory_bytes == 8 << 30  # 8 GiB, as given
     assert back == SPEC

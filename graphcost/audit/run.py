@@ -32,6 +32,7 @@ from graphcost.audit.progress import Progress
 from graphcost.audit.rows import settings_key
 from graphcost.audit.store import Store, StoreError
 from graphcost.audit.summary import summarize
+from graphcost.hardware.spec import HardwareSpec
 
 RETRYABLE = ("timeout", "crashed", "oom")
 """Statuses ``--retry-failed`` runs again (they may pass with more time or memory); ``error`` is final."""
@@ -46,7 +47,7 @@ class AuditOptions:
     paths: Sequence[str]
     out_dir: str
     hardware: Mapping[str, Any]
-    """The HardwareSpec as a JSON-ready dict (worker.spec_to_dict)."""
+    """The HardwareSpec as a JSON-ready dict (``HardwareSpec.to_dict(complete=True)``)."""
     dims: Mapping[str, int] = field(default_factory=dict)
     capacity: bool = True
     input_shapes: Mapping[str, Sequence[int | str]] = field(default_factory=dict)
@@ -79,10 +80,7 @@ class AuditResult:
 
 def key_settings(opts: AuditOptions) -> dict[str, Any]:
     """What the resume key covers besides the files: the roofs (not the device's prose), dims, flags, version."""
-    # lazy: the worker module brings the analysis stack (about 0.5 s); the parent needs it only for the key
-    from graphcost.audit.worker import spec_from_dict
-
-    out = {"hardware": spec_from_dict(opts.hardware).to_dict(), "dims": dict(sorted(opts.dims.items())),
+    out = {"hardware": HardwareSpec.from_dict(opts.hardware).to_dict(), "dims": dict(sorted(opts.dims.items())),
            "capacity": opts.capacity, "graphcost": graphcost.__version__}
     inputs = _inputs_settings(opts)
     if inputs:  # only when given: the keys of earlier audits without them stay the same

@@ -61,16 +61,6 @@ ALARM_GRACE_S = 5
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def spec_to_dict(spec: HardwareSpec) -> dict[str, Any]:
-    """``spec.to_dict(complete=True)``: the form a task carries across processes."""
-    return spec.to_dict(complete=True)
-
-
-def spec_from_dict(d: Mapping[str, Any]) -> HardwareSpec:
-    """:meth:`HardwareSpec.from_dict` of :func:`spec_to_dict`'s form."""
-    return HardwareSpec.from_dict(d)
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # the work itself
 # ----------------------------------------------------------------------------------------------------------------
@@ -124,7 +114,7 @@ def analyze_task(task: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str
         front = Analysis.of(model, dims=task["dims"], input_shapes=task.get("input_shapes") or None,
                             input_values=task.get("input_values") or None, unknown_dims="ignore")
         ignored = sorted(front.ignored_dims)
-        report = graphcost.api.analyze(front, hardware=spec_from_dict(task["hardware"]),
+        report = graphcost.api.analyze(front, hardware=HardwareSpec.from_dict(task["hardware"]),
                                        capacity=task.get("capacity", True))
         analysis = summarize_report(report, ignored)
         return {"status": "ok", "reason": partial_reason(analysis), "analysis": analysis}

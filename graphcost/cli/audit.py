@@ -104,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
     # lazy: the audit's scheduler and store (0.22 s of imports); only audit needs them
     from graphcost.audit import AuditError, AuditOptions, run_audit
     from graphcost.audit.summary import render_text
-    from graphcost.audit.worker import spec_to_dict
 
     jobs = _default_jobs() if args.jobs is None else args.jobs
     if jobs < 1:
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     flags = parse_model_flags(args)
     _check_out(args.out, args.paths, args.hardware)
     opts = AuditOptions(
-        paths=args.paths, out_dir=args.out, hardware=spec_to_dict(resolve_hardware(args)),
+        paths=args.paths, out_dir=args.out, hardware=resolve_hardware(args).to_dict(complete=True),
         dims=flags.dims, input_shapes=flags.input_shapes, input_values=flags.input_values,
         capacity=not args.no_capacity, jobs=jobs, timeout_s=args.timeout or None,
         memory_bytes=memory, resume=args.resume, retry_failed=args.retry_failed, scheduler=args.scheduler,
