@@ -270,7 +270,10 @@ def test_terminate_as_exit_raises_system_exit_and_restores_the_handler() -> None
 
 
 STALLED_FOLD = """
-import sys, time
+import signal, sys, time
+# Ctrl-C as in a terminal: a runner started in the background (nohup, no job control) hands its children SIGINT
+# ignored, and Python then never raises KeyboardInterrupt
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import graphcost.fold
 from graphcost.cli import main
 
