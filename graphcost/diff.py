@@ -21,8 +21,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphcost.analysis import Analysis, check_dims
+from graphcost.api import analyze
 from graphcost.report.escape import terminal_text
 from graphcost.report.model import NodeReport, Report
+from graphcost.report.units import bytes_, seconds, si
 
 DIFF_SCHEMA = "graphcost.diff/1"
 
@@ -230,9 +233,6 @@ def diff_models(path_a: str, path_b: str, *, hardware: Any = None, dims: Mapping
     is left out for that model (listed in ``dims_ignored``); a name neither has raises
     ``graphcost.binding.UnknownDim``. Input shapes and values apply to the models that have those inputs.
     """
-    from graphcost.analysis import Analysis, check_dims
-    from graphcost.api import analyze
-
     analyses = [Analysis.of(path, dims=dims, input_shapes=input_shapes, input_values=input_values,
                             unknown_dims="ignore") for path in (path_a, path_b)]
     check_dims(dims or {}, analyses)
@@ -246,8 +246,6 @@ def diff_models(path_a: str, path_b: str, *, hardware: Any = None, dims: Mapping
 
 
 def _num(v: float | int | None, name: str) -> str:
-    from graphcost.report.units import bytes_, seconds, si
-
     if v is None:
         return "-"
     if name.endswith("time_s"):

@@ -40,6 +40,7 @@ from graphcost._dims import Dim, evaluate, free_names, parse_dim
 from graphcost.analysis import Analysis
 from graphcost.graph import TensorKind, dtype_bits
 from graphcost.hardware.spec import HardwareSpec
+from graphcost.passes.costs import count_costs
 from graphcost.passes.liveness import liveness
 from graphcost.passes.roofline import kernel_bound
 from graphcost.report.model import Report
@@ -355,8 +356,6 @@ def _exact(analysis: Analysis, report: Report) -> dict[str, Dim]:
 
 def _symbolic_totals(analysis: Analysis) -> dict[str, Dim]:
     """Σ over top-level nodes of known cost, as ``graphcost.api`` sums ``totals.formulas`` (not as text)."""
-    from graphcost.passes.costs import count_costs
-
     graph = analysis.shapes.symbolic_graph
     costs = count_costs(graph) if graph is not None else analysis.costs
     top = costs.top_level()

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from graphcost import __version__
+
 FRAMEWORKS = ("torch", "jax", "tf")
 MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
@@ -73,6 +75,7 @@ def infer_framework(obj: Any) -> str | None:
     """``torch`` for an ``nn.Module``, ``tf`` for a Keras layer or model, a ``tf.Module`` or a ``tf.function``,
     ``jax`` for a flax.nnx module or a ``jax.jit``-wrapped function; for a plain function, the one framework its
     module imported (None when it imported none or several: pass ``framework=``)."""
+    # lazy: graphcost.cli.export (the CLI's export flags) is 0.024 s of imports; only a framework guess needs it
     from graphcost.cli.export import _infer_framework
 
     found = _infer_framework(obj)
@@ -140,6 +143,7 @@ def example_arrays(obj: Any, framework: str, example_inputs: Any) -> dict[str, n
 def native_model(obj: Any, framework: str, inputs: dict[str, np.ndarray],
                  dynamic: Mapping[str, Mapping[int, str]] | None = None) -> Any:
     """A ``graphcost.models.zoo.NativeModel`` around a user's object: what the exporters and native timers take."""
+    # lazy: graphcost.models.zoo is 0.004 s of imports; every analyze loads this module, only framework objects
     from graphcost.models.zoo import NativeModel
 
     forward: Any = obj
@@ -168,8 +172,6 @@ def native_model(obj: Any, framework: str, inputs: dict[str, np.ndarray],
 
 def fingerprint(obj: Any, framework: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> str:
     """A short hash of what graphcost can see of ``obj`` and its example inputs: the cache folder's name."""
-    from graphcost import __version__
-
     h = hashlib.sha256()
 
     def put(*parts: object) -> None:
@@ -230,6 +232,7 @@ def export(obj: Any, example_inputs: Any, *, framework: str | None = None, cache
     framework (nothing is written then); ``FrameworkMissing`` (an ImportError) when the framework or its exporter
     is not installed.
     """
+    # lazy: the exporters are 0.010 s of imports (their frameworks load on first use); only framework objects
     from graphcost.export import ExportError, export_native
 
     fw = framework or infer_framework(obj)
@@ -283,7 +286,7 @@ def time_native(native: Any, *, compile: bool = False, warmup: int = 10, repeats
                 threads: int | None = None, device: str | None = None) -> list[Any]:
     """The native framework's runs of ``native`` on its own example inputs: torch eager (and ``torch.compile``
     with ``compile``), ``jax.jit`` (``block_until_ready``), ``tf.function``."""
-    from graphcost.measure import time_jax, time_tf, time_torch
+    from graphcost.measure import time_jax, time_tf, time_torch  # lazy: the timers are 0.11 s of imports
 
     inputs: Sequence[np.ndarray] = list(native.inputs.values())
     kw: dict[str, Any] = {"warmup": warmup, "repeats": repeats}

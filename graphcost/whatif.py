@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from graphcost._dims import as_expr, evaluate, free_names, parse_dim, symbol
+from graphcost._sym import sympy
 from graphcost.budget import Budget, frame_slice_s
 from graphcost.passes.roofline import Bound, kernel_bound
 
@@ -463,8 +465,6 @@ def _retyping(report: Any, top: Sequence[Any], options: Options) -> dict[str, st
 def _numel(shape: Sequence[int | str] | None, binding: Mapping[str, int]) -> Number | None:
     if shape is None:
         return None
-    from graphcost._dims import evaluate, parse_dim
-
     total: Number = 1
     for d in shape:
         size: Number
@@ -549,8 +549,6 @@ def _heaviest_dtype(rows: Sequence[NodePeak]) -> str:
 
 # ------------------------------------------------------------------------------------------------- sweep
 def _sweep(report: Any, sweep: tuple[str, tuple[int, ...]], dtype: str) -> Sweep:
-    from graphcost._dims import evaluate, free_names, parse_dim, symbol
-
     dim, values = sweep
     formulas = report.totals.formulas
     if not formulas:
@@ -586,9 +584,6 @@ def _sweep(report: Any, sweep: tuple[str, tuple[int, ...]], dtype: str) -> Sweep
 def _exact_crossing(flops: Any, bytes_: Any, sym: Any, others: Mapping[Any, int], ridge: float) -> float | None:
     """The smallest value > 0 of ``sym`` where flops = ridge × bytes and the model turns compute bound, when
     flops − ridge × bytes is a polynomial of degree ≤ 2 in it (closed-form roots: no solver, no hang)."""
-    from graphcost._dims import as_expr
-    from graphcost._sym import sympy
-
     try:
         expr = (as_expr(flops) - sympy.Float(ridge) * as_expr(bytes_)).xreplace(
             {k: sympy.Integer(v) for k, v in others.items()})

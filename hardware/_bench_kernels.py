@@ -89,7 +89,8 @@ def _numpy_stream(pool: ThreadPoolExecutor, threads: int, kernel: str, working_s
 def _session(model: Any, threads: int, optimize: bool) -> Any:
     import onnxruntime as ort
 
-    from graphcost.measure import _ort_session  # graphcost's one quiet way to make a session
+    # lazy: graphcost.measure is 0.1 s of imports; only a benchmark run needs graphcost's one quiet session maker
+    from graphcost.measure import _ort_session
 
     options = _ort_session.options()
     options.intra_op_num_threads = threads

@@ -44,6 +44,9 @@ from typing import Any
 
 import numpy as np
 
+import graphcost
+from graphcost.report.escape import terminal_text
+
 from ._bench_kernels import (
     CONV,
     _best,
@@ -56,6 +59,7 @@ from ._bench_kernels import (
 from ._cache_levels import BandwidthSample, LevelRoof, _size, _sweep
 from ._cache_levels import _capacities as _capacities  # tests check capacities and levels through this module
 from ._cache_levels import _levels as _levels
+from .catalog import HardwareError, load_file, to_toml
 from .detect import Detection, detect, low_precision_arithmetic
 from .spec import HardwareSpec
 
@@ -411,8 +415,6 @@ def cache_key() -> dict[str, Any]:
 
     import onnxruntime as ort
 
-    import graphcost
-
     det = detect()
     return {"cpu": det.cpu.model, "usable_cpus": det.cpu.usable_cpus, "machine": platform.machine(),
             "numpy": np.__version__, "onnxruntime": ort.__version__, "graphcost": graphcost.__version__}
@@ -420,8 +422,6 @@ def cache_key() -> dict[str, Any]:
 
 def _read_cache(path: Path, key: dict[str, Any], now: float) -> tuple[HardwareSpec | None, str]:
     """The cached spec, or None and why it cannot be used (missing, unreadable, stale, expired, busy)."""
-    from graphcost.hardware.catalog import HardwareError, load_file
-
     if not path.is_file():
         return None, "no cached roofs yet"
     try:
@@ -467,8 +467,6 @@ def refresh_cache(*, progress: Progress | None = None, quick: bool = False,
     is quiet the best figures of all are returned with the busy warning in their sources and **not cached**
     (the old cache is removed): the next run measures again rather than trusting low roofs.
     """
-    from graphcost.hardware.catalog import to_toml
-
     say = progress or (lambda _msg: None)
     path = cache_path()
     done: list[Measured] = []
@@ -506,8 +504,6 @@ class StderrProgress:
         self.open = False
 
     def __call__(self, message: str) -> None:
-        from graphcost.report.escape import terminal_text
-
         text = self.prefix + terminal_text(message)
         lasting = message.startswith(("warning", "measuring", "roofs"))  # stays on screen
         if self.tty and not lasting:  # a stage or a step: rewrite the line

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from graphcost import _sym
+from graphcost import _scan, _sym
 from graphcost._dims import parse_dim, text_names, to_text
 from graphcost.graph import graph_protos, name_anonymous_input_dims, unknown_dim_name
 from graphcost.passes import _osi_rules
@@ -183,8 +183,6 @@ def _numel(dims: Iterable[int]) -> int:
 def _detach_payloads(ir_model: object, proto: onnx.ModelProto, base_dir: str | None) -> None:
     """Give the engine no lazy tensor: read small integer payloads safely, drop every other value."""
     import onnx_ir as ir
-
-    from graphcost import _scan
 
     external = {t.name: t for g in graph_protos(proto.graph) for t in g.initializer
                 if t.data_location == onnx.TensorProto.EXTERNAL}

@@ -25,6 +25,7 @@ from graphcost._sym import sympy
 from graphcost.graph import Graph, Node, Tensor
 from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, Work, lookup
 from graphcost.ops._registry import tensor_bytes
+from graphcost.ops.movement import views_of
 
 __all__ = ["CONTROL_OPS", "CostResult", "CostWarning", "KvTraffic", "NodeCost", "TensorRef", "count_costs",
            "kv_cache_traffic", "tensor_bytes"]
@@ -333,8 +334,6 @@ def kv_cache_traffic(graph: Graph, costs: CostResult) -> KvTraffic | None:
     the cache's one read. Per past token this is the coefficient of the past length (2 · layers · kv_heads ·
     head_dim · dtype bytes for the ideal).
     """
-    from graphcost.ops.movement import views_of
-
     top = [c for c in costs.top_level() if c.bytes_as_written is not None]
     if not top:
         return None

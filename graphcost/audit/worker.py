@@ -47,6 +47,7 @@ import onnx
 import graphcost.api
 from graphcost import _scan
 from graphcost.analysis import Analysis
+from graphcost.audit.find import hash_file
 from graphcost.audit.rows import partial_reason, summarize_report
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import LoadError, clean_strings, external_data_path, external_refs, load, model_text
@@ -184,8 +185,6 @@ def confined_externals(proto: onnx.ModelProto, path: str) -> dict[str, Any]:
 
 def hash_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """``{path: [sha256 hex, size] or [None, None]}`` for each file of the batch (regular files only)."""
-    from graphcost.audit.find import hash_file
-
     out: dict[str, list[Any]] = {}
     for path in task["paths"]:
         _hook(task, path, stage="hash-")

@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.models.zoo import require
+
 from ._verify import ExportError, ExportResult, check_inputs, export_verified, name_dims, quiet
 
 __all__ = ["export_jax"]
 
 
 def _require() -> None:
-    from graphcost.models.zoo import require
-
     require("jax", "jax")
     require("jax", "jax2onnx")
 

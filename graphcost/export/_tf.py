@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.models.zoo import require
+
 from ._verify import ExportError, ExportResult, check_inputs, export_verified, name_dims
 
 __all__ = ["TF2ONNX_MAX_OPSET", "export_tf", "saved_model_inputs"]
@@ -29,8 +31,6 @@ TF2ONNX_MAX_OPSET = 18  # tf2onnx 1.17.0: "Opset 19 is not supported yet"
 
 
 def _require() -> None:
-    from graphcost.models.zoo import require
-
     require("tf")
     require("tf", "tf2onnx")
 

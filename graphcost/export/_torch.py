@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.models.zoo import require
+
 from ._verify import ExportError, ExportResult, check_inputs, export_verified, quiet
 
 __all__ = ["export_torch"]
@@ -30,8 +32,6 @@ DYNAMO_MIN_OPSET = 18  # lower opsets are down-converted, which fails for common
 
 
 def _require(dynamo: bool) -> None:
-    from graphcost.models.zoo import require
-
     require("torch")
     if dynamo:
         require("torch", "onnxscript")

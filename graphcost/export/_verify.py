@@ -160,7 +160,7 @@ def _as_outputs(value: Any) -> list[np.ndarray]:
 
 
 def _session(path: Path) -> Any:
-    from graphcost.measure import _ort_session
+    from graphcost.measure import _ort_session  # lazy: 0.1 s of imports (onnx, the runners); only the check
 
     so = _ort_session.options()  # quiet: unused-initializer notes are not failures, and failures are our line
     so.intra_op_num_threads = min(2, os.cpu_count() or 1)
@@ -196,7 +196,7 @@ def verify_onnx(path: str | os.PathLike[str], reference: Reference, inputs_list:
     Raises ExportError naming the output, the largest difference and the input shapes; ``source`` names the
     reference in that message (the exporters pass the framework's name).
     """
-    from graphcost.measure import _ort_session
+    from graphcost.measure import _ort_session  # lazy: 0.1 s of imports (onnx, the runners); only the check
 
     sess = _session(Path(path))
     onnx_inputs = [i.name for i in sess.get_inputs()]
