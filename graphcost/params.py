@@ -15,6 +15,10 @@ every "number of parameters" a paper or a tool prints is one of these sums:
 * **constant tables**: a stored float tensor fed as the *data* operand of a MatMul/Gemm whose weight is stored too
   (Swin V2's ``relative_coords_table`` into its ``cpb_mlp``): a registered buffer the model computes from, not a
   weight (kind ``constant_table``);
+* **generated constants**: a ``ConstantOfShape`` of a constant shape (a parameter for the graph, which has its value
+  at load) holds one repeated value, so no training step updates it: the zeros a forward pass makes with
+  ``new_zeros`` (Swin's shifted-window mask, ``pad_H × pad_W`` per shifted block in a dynamo export) or an RNN's
+  zero initial state (kind ``generated_constant``);
 * **duplicates** — a tensor stored twice with the same bytes (the second copy's elements; a tied weight the
   exporter wrote again). A copy stored *transposed* (the legacy exporter's GPT-2 LM head) has other bytes and is
   not found here;
@@ -220,6 +224,9 @@ def split_parameters(graph: Graph, proto: onnx.ModelProto, logical_count: int) -
     for g in graph.walk():
         tensors = g.tensors()
         for node in g.nodes():
+            if node.op_type == "ConstantOfShape" and node.domain == "ai.onnx" and node.outputs \
+                    and node.outputs[0] in tensors and tensors[node.outputs[0]].kind == TensorKind.PARAMETER:
+                buffer_reason.setdefault(node.outputs[0], "generated_constant")  # one repeated value: nothing to learn
             for name in set(node.inputs):
                 if name:
                     readers[name] = readers.get(name, 0) + 1

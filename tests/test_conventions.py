@@ -297,6 +297,25 @@ def test_dynamo_zero_bias_of_a_bias_free_conv_is_a_buffer() -> None:
     assert s.buffers_by_kind == {"exporter_zero_bias": 2}  # val_5
 
 
+def test_a_constant_of_shape_of_a_constant_shape_is_a_buffer() -> None:
+    """A forward pass's ``x.new_zeros((pad_H, pad_W))`` (Swin's shifted-window mask) reaches a dynamo export as a
+    ConstantOfShape of a constant shape: the graph has its value at load (a parameter for the bound), but it is
+    one repeated value no training step updates."""
+    text = """<ir_version: 8, opset_import: ["" : 18]>
+        g (float[1,4] x) => (float[1,4] y) {
+            shape = Constant<value = int64[2] {3, 4}>()
+            mask = ConstantOfShape<value = float[1] {0.0}>(shape)
+            a = MatMul(x, w)
+            s = ReduceSum<keepdims = 1>(mask)
+            y = Add(a, s)
+        }"""
+    m = onnx.parser.parse_model(text)
+    m.graph.initializer.extend([numpy_helper.from_array(np.ones((4, 4), np.float32), "w")])
+    s = graphcost.analyze(m, fusion=False, memory=False).model.parameter_split
+    assert s.learnable_count == 4 * 4  # w only
+    assert s.buffers_by_kind["generated_constant"] == 3 * 4  # the 3x4 mask of zeros
+
+
 def test_a_table_fed_to_a_linear_is_a_buffer() -> None:
     """Swin V2's ``relative_coords_table`` (a float registered buffer) is the data operand of its ``cpb_mlp``
     Linear: stored, read through the legacy exporter's Identity copy, but no weight."""
