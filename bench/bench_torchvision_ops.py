@@ -172,7 +172,7 @@ def main() -> int:
     p.add_argument("--skip", default="", help="comma-separated model names not to export")
     p.add_argument("--tv-python", default=str(ROOT / ".venv-tv" / "bin" / "python"))
     p.add_argument("--child", nargs=4, metavar=("MODULE", "NAME", "OUT", "EXPORTER"))
-    p.add_argument("--exporter", choices=EXPORTERS, default="legacy")
+    p.add_argument("--exporter", choices=(*EXPORTERS, "dynamo-raw"), default="legacy")  # raw: no onnxscript folding
     p.add_argument("--jsonl", default="", help="also append one JSON line per model to this file")
     p.add_argument("--timeout", type=float, default=600.0, help="per-model export limit, seconds")
     p.add_argument("--list", action="store_true")

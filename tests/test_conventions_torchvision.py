@@ -44,6 +44,7 @@ CASES = (  # (module, name, exporter)
     ("classification", "swin_v2_t", "legacy"),  # relative_coords_table: a float buffer fed to a Linear
     ("classification", "swin_t", "legacy"),  # window attention (V1): analyzed since the front-door fix
     ("classification", "vit_b_16", "dynamo"),
+    ("classification", "swin_t", "dynamo-raw"),  # its shift masks: ConstantOfShape zeros, buffers not weights
     ("quantization", "mobilenet_v3_large", "legacy"),
     ("segmentation", "lraspp_mobilenet_v3_large", "legacy"),
 )

@@ -6,7 +6,8 @@ size with BatchNorm kept, and print one JSON line of facts.
 
 MODULE is ``classification``, ``quantization`` or ``segmentation``; EXPORTER ``legacy`` (opset 17, no constant
 folding: the eval peephole that fuses BN into Conv only runs with folding) or ``dynamo`` (opset 18, ``optimize=
-False`` then onnxscript's constant folding, as ``graphcost.export`` keeps BN). Facts: the published ``ops`` and
+False`` then onnxscript's constant folding, as ``graphcost.export`` keeps BN) or ``dynamo-raw`` (the dynamo
+exporter's own output, no folding). Facts: the published ``ops`` and
 ``num_params``; for a quantized model also ``float_params`` (the same model unquantized, unfused) and
 ``model_params`` (the quantized model's own logical count: each packed weight's elements and each bias).
 """
@@ -69,14 +70,15 @@ def export(module: str, name: str, exporter: str, out: str) -> dict[str, Any]:
         facts["float_params"] = sum(p.numel() for p in plain.parameters())
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        if exporter == "dynamo":
+        if exporter in ("dynamo", "dynamo-raw"):
             program = torch.onnx.export(model, (x,), dynamo=True, opset_version=18, optimize=False, verbose=False)
             if program is None:
                 raise RuntimeError("torch.onnx.export returned no program")
-            import onnxscript.optimizer
+            if exporter == "dynamo":  # graphcost.export's path; "dynamo-raw" is the exporter's own output
+                import onnxscript.optimizer
 
-            onnxscript.optimizer.fold_constants(program.model)
-            onnxscript.optimizer.remove_unused_nodes(program.model)
+                onnxscript.optimizer.fold_constants(program.model)
+                onnxscript.optimizer.remove_unused_nodes(program.model)
             program.save(out, external_data=False)
         else:
             torch.onnx.export(model, (x,), out, dynamo=False, opset_version=17, do_constant_folding=False)
