@@ -13,12 +13,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from graphcost._dims import Dim, evaluate, to_text
+from graphcost._dims import Dim
 from graphcost.graph import TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.passes._fusion_policy import Role
 from graphcost.passes.costs import NodeCost, tensor_bytes
-from graphcost.passes.roofline import RESIDENCIES, Bound, kernel_bound, sum_bounds
+from graphcost.passes.roofline import RESIDENCIES, Bound, count_value, kernel_bound, sum_bounds
 
 if TYPE_CHECKING:
     from graphcost.passes.fusion import Boundary, FusionResult
@@ -132,28 +132,13 @@ class FusionSection:
         return {"policy": self.policy, "groups": groups, "boundaries": boundaries, "totals": self.totals.to_dict()}
 
 
-def _num(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
-    """The value of a count under ``binding``; ValueError, one line naming the dim or the formula, when the
-    binding leaves a dim out or the formula has no real value under it (``analyze`` binds every dim the
-    model's tensors use and refuses formulas without a value before this runs)."""
-    if value is None:
-        return None
-    try:
-        return evaluate(value, binding)
-    except KeyError as e:
-        raise ValueError(f"dim {e.args[0]!r} is not bound (pass it in the binding)") from None
-    except (TypeError, ValueError, ArithmeticError):  # sympy: "Cannot convert complex to float" (1/0 is zoo)
-        raise ValueError(f"count {to_text(value)!r} has no real value under the binding "
-                         "(it divides by zero or goes imaginary)") from None
-
-
 def node_time(cost: NodeCost, hw: HardwareSpec, binding: Mapping[str, int], *, resident: Number = 0,
               capacity: bool = True) -> float | None:
     """``kernel_bound`` time of one node as its own kernel, ``resident`` of its bytes possibly on chip
     (None when both times are unknown)."""
-    flops = _num(cost.flops, binding)
+    flops = count_value(cost.flops, binding)
     moved = None if cost.bytes_read is None or cost.bytes_written is None else \
-        _num(cost.bytes_read + cost.bytes_written, binding)
+        count_value(cost.bytes_read + cost.bytes_written, binding)
     return kernel_bound(flops, moved, hw, dtype=cost.dtype, resident=resident, capacity=capacity).time_s
 
 
@@ -190,7 +175,7 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int],
     def num(value: Dim | None) -> Number | None:
         got = values.get(value, _MISSING)
         if got is _MISSING:
-            got = values[value] = _num(value, binding)
+            got = values[value] = count_value(value, binding)
         return got  # type: ignore[return-value]
 
     def resident_of(tensors: Iterable[str]) -> Number:
@@ -242,7 +227,7 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int],
             else:
                 moved = values.get((br, bw), _MISSING)
                 if moved is _MISSING:
-                    moved = values[(br, bw)] = _num(br + bw, binding)
+                    moved = values[(br, bw)] = count_value(br + bw, binding)
             resident: Number = 0
             if onchip and moved is not None and c.depth == 0:
                 resident = moved if warm else resident_of(r.name for r in (*c.inputs, *c.outputs))

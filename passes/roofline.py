@@ -82,15 +82,16 @@ class Bounds:
     totals: Totals
 
 
-def _num(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
-    """The value of a count under ``binding``; ValueError (one line naming the dim or the formula) when the
-    binding leaves a dim out or the formula has no real value under it."""
+def count_value(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
+    """The value of a count under ``binding`` (None stays None); ValueError, one line naming the dim or the
+    formula, when the binding leaves a dim out or the formula has no real value under it. Every bound (nodes,
+    fusion groups) evaluates its counts here."""
     if value is None:
         return None
     try:
         return evaluate(value, binding)
     except KeyError as e:
-        raise ValueError(f"dim {e.args[0]!r} is not bound (roofline needs every dim of the counts)") from None
+        raise ValueError(f"dim {e.args[0]!r} is not bound (pass it in the binding)") from None
     except (TypeError, ValueError, ArithmeticError):  # sympy: "Cannot convert complex to float" (1/0 is zoo)
         raise ValueError(f"count {to_text(value)!r} has no real value under the binding "
                          "(it divides by zero or goes imaginary)") from None
@@ -118,7 +119,7 @@ def _onchip_bytes(graph: Graph | None, cost: NodeCost, binding: Mapping[str, int
                 continue
         b = tensor_bytes(t)
         if b is not None:
-            total += _num(b, binding) or 0
+            total += count_value(b, binding) or 0
     return total
 
 
@@ -304,10 +305,10 @@ def roofline(
     t_written: Number = 0
     unknown = 0
     for c in costs.nodes:
-        flops = _num(c.flops, binding)
-        macs = _num(c.macs, binding)
-        b_read = _num(c.bytes_read, binding)
-        b_written = _num(c.bytes_written, binding)
+        flops = count_value(c.flops, binding)
+        macs = count_value(c.macs, binding)
+        b_read = count_value(c.bytes_read, binding)
+        b_written = count_value(c.bytes_written, binding)
         peak_dtype = hw.peak_for(c.dtype)[1]
         moved = None if b_read is None or b_written is None else b_read + b_written
         onchip = use_onchip and c.depth == 0
