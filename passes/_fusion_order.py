@@ -129,14 +129,7 @@ class GroupOrder:
             ranked = [a, b]
             new = a if summary[a].size > summary[b].size else b
             if new == a:
-                p, n = prv.pop(b, None), nxt.pop(b, None)
-                if p is not None:
-                    prv[a] = p
-                    nxt[p] = a
-                if n is not None:
-                    nxt[a] = n
-                    prv[n] = a
-                ordd[a] = ordd.pop(b)
+                self._take_place(b, a)
             self._join(ranked, new)
             return
         ranked = sorted(groups, key=ordd.__getitem__)
@@ -187,28 +180,33 @@ class GroupOrder:
                 prv[after] = prev  # type: ignore[assignment]
         else:  # nothing to move: the merged group takes the last one's place
             for g in ranked[:-1]:
-                p, n = prv.pop(g, None), nxt.pop(g, None)
-                if p is not None:
-                    if n is not None:
-                        nxt[p] = n
+                before_g, after_g = prv.pop(g, None), nxt.pop(g, None)
+                if before_g is not None:
+                    if after_g is not None:
+                        nxt[before_g] = after_g
                     else:
-                        del nxt[p]
-                if n is not None:
-                    if p is not None:
-                        prv[n] = p
+                        del nxt[before_g]
+                if after_g is not None:
+                    if before_g is not None:
+                        prv[after_g] = before_g
                     else:
-                        del prv[n]
+                        del prv[after_g]
                 del ordd[g]
             if new != last:
-                p, n = prv.pop(last, None), nxt.pop(last, None)
-                if p is not None:
-                    prv[new] = p
-                    nxt[p] = new
-                if n is not None:
-                    nxt[new] = n
-                    prv[n] = new
-                ordd[new] = ordd.pop(last)
+                self._take_place(last, new)
         self._join(ranked, new)
+
+    def _take_place(self, old: str, new: str) -> None:
+        """``new`` (already out of the order) takes ``old``'s place in it: its neighbours and its rank."""
+        prv, nxt = self.prv, self.nxt
+        p, n = prv.pop(old, None), nxt.pop(old, None)
+        if p is not None:
+            prv[new] = p
+            nxt[p] = new
+        if n is not None:
+            nxt[new] = n
+            prv[n] = new
+        self.ord[new] = self.ord.pop(old)
 
     def _join(self, ranked: list[str], new: str) -> None:
         """The bookkeeping of a merge once the order is done: summary, members, labels, outside edges."""
