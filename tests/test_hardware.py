@@ -33,6 +33,16 @@ def test_catalog_is_sorted_and_unique() -> None:
     assert len(set(names)) == len(names)
 
 
+def test_one_file_lookup_finds_what_the_whole_catalog_finds() -> None:
+    # get() parses only the files whose text holds the key; every name and alias, in any spelling _key folds
+    # (case, spaces, underscores), must give the very object the whole catalog's index holds for it.
+    whole = cat._catalog()
+    for spec in CATALOG:
+        for name in (spec.name, *cat.aliases_of(spec.name)):
+            for spelling in (name, name.upper(), name.replace("-", " "), name.replace("-", "_")):
+                assert cat.get(spelling) is whole.index[cat._key(name)]
+
+
 @pytest.mark.parametrize("spec", CATALOG, ids=lambda s: s.name)
 def test_every_entry_is_complete_and_cited(spec: HardwareSpec) -> None:
     assert spec.sources, "every number needs a source"
