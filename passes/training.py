@@ -30,12 +30,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from graphcost._dims import Dim, evaluate, numel
+from graphcost._dims import Dim, numel
 from graphcost.graph import Graph, Node, Tensor, TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.ops import FLOPS_PER_MAC, Kind, lookup
 from graphcost.passes.costs import CostResult, NodeCost, tensor_bytes
-from graphcost.passes.roofline import kernel_bound
+from graphcost.passes.roofline import count_value, kernel_bound
 
 Number = int | float
 
@@ -273,11 +273,11 @@ class TrainingCost:
 
 # ----------------------------------------------------------------------------------------------- helpers
 def _num(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
-    if value is None:
-        return None
+    """A count under the binding, or None (unknown) where it has no value there: training memory is an
+    estimate beside the bound, so an unbound dim leaves that figure unknown rather than failing the report."""
     try:
-        return evaluate(value, binding)
-    except (KeyError, TypeError, ValueError):
+        return count_value(value, binding)
+    except ValueError:
         return None
 
 

@@ -34,13 +34,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphcost._dims import Dim, evaluate
+from graphcost._dims import Dim
 from graphcost.graph import Graph, Node
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.load import load
 from graphcost.measure import _ort_session
 from graphcost.passes.costs import tensor_bytes
 from graphcost.passes.fusion import FusionResult, Role, sum_dims
+from graphcost.passes.roofline import count_value
 
 LEVELS = ("basic", "extended", "all")
 DEFAULT_LEVEL = "all"
@@ -368,7 +369,7 @@ def compare(result: FusionResult, mapping: OrtMapping, hw: HardwareSpec,
             less += is_less
             more += is_more
         kernels = tuple(k for u in listed for k in mapping.units[u].kernels) + tuple(conversions.get(g.id, ()))
-        unf, ideal, ob = (_num(x, binding) for x in (g.bytes_unfused, g.bytes_fused, ort[g.id]))
+        unf, ideal, ob = (count_value(x, binding) for x in (g.bytes_unfused, g.bytes_fused, ort[g.id]))
         left = None if ob is None or ideal is None else (ob - ideal) / hw.memory_bandwidth
         rows.append(GroupVsOrt(g.id, g.nodes, kernels, status, unf, ideal, ob, left))
         if unf is None or ideal is None or ob is None:
@@ -381,10 +382,6 @@ def compare(result: FusionResult, mapping: OrtMapping, hw: HardwareSpec,
                        less, more, unknown)
     return OrtComparison("onnxruntime", mapping.version, mapping.level, tuple(rows), totals,
                          sum(len(u.kernels) for u in mapping.units), mapping.uncovered, mapping.overlaps)
-
-
-def _num(value: Dim | None, binding: Mapping[str, int]) -> Number | None:
-    return None if value is None else evaluate(value, binding)
 
 
 __all__ = [
