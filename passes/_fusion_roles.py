@@ -201,7 +201,7 @@ def _classify(graph: Graph, node: Node, roles: dict[tuple[str, str], tuple[Role,
                 dtype = t.dtype
                 break
     cast = (dtype, out.dtype) if op in CAST_OPS and out is not None else None
-    return node_info(node.name, op, role, detail, out_n, in_n, rows, dtype, cast)
+    return NodeInfo(node.name, op, role, detail, out_n, in_n, rows, dtype, cast)
 
 
 def _bn_training(node: Node) -> bool:
