@@ -243,7 +243,8 @@ def _exact(expr: Any, binding: Mapping[str, int], seen: dict[Any, Exact]) -> Exa
     with its assumption machinery: YOLOv8n with dynamic height and width asks 2,501 values in one analyze,
     0.48 s that way; this walk visits each distinct subexpression once per binding (0.05-0.07 s, same
     machine, one run after the other). It knows the node kinds dims are made of (numbers, names, ``+ * **``, floor,
-    ceiling, Max, Min, Mod) and raises _NotExact on any other, and the caller takes only a whole number
+    ceiling, Max, Min, Mod, and ``ceil_log2``'s ``ceiling(log(u)/log(2))``, which is ``(u - 1).bit_length()``
+    for an integer u ≥ 1) and raises _NotExact on any other, and the caller takes only a whole number
     from it (anything else goes the sympy way), so every value it gives is the one sympy gives."""
     known = seen.get(expr)
     if known is not None:
@@ -272,6 +273,11 @@ def _exact(expr: Any, binding: Mapping[str, int], seen: dict[Any, Exact]) -> Exa
         out = Fraction(_exact(expr.base, binding, seen)) ** int(expr.exp)
     elif expr.func is sympy.Mod and len(expr.args) == 2:
         out = _exact(expr.args[0], binding, seen) % _exact(expr.args[1], binding, seen)
+    elif expr.func is sympy.ceiling and len(expr.args) == 1 and _log2_of(expr.args[0]) is not None:
+        u = _exact(_log2_of(expr.args[0]), binding, seen)  # ceil_log2's form: ceiling(log(u)/log(2))
+        if (not isinstance(u, int) and u.denominator != 1) or u < 1:
+            raise _NotExact  # log of 0 is not a number; a fraction's log2 is not read here
+        out = (int(u) - 1).bit_length()  # ⌈log2 u⌉ exactly, for an integer u ≥ 1
     else:
         op = _exact_ops().get(expr.func)
         if op is None or not expr.args or (op in (math.floor, math.ceil) and len(expr.args) != 1):
@@ -279,6 +285,18 @@ def _exact(expr: Any, binding: Mapping[str, int], seen: dict[Any, Exact]) -> Exa
         out = op(*(_exact(a, binding, seen) for a in expr.args))
     seen[expr] = out
     return out
+
+
+def _log2_of(expr: Any) -> Any:
+    """u when ``expr`` is ``log(u)/log(2)`` (how sympy writes ``log(u, 2)``), else None."""
+    if not expr.is_Mul or len(expr.args) != 2:
+        return None
+    a, b = expr.args
+    for log_u, inv in ((a, b), (b, a)):
+        if (log_u.func is sympy.log and len(log_u.args) == 1 and inv.is_Pow and inv.exp == -1
+                and inv.base.func is sympy.log and inv.base.args == (sympy.Integer(2),)):
+            return log_u.args[0]
+    return None
 
 
 def to_text(value: Dim) -> str:

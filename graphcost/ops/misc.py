@@ -15,7 +15,7 @@ Each rule states its count in its docstring. The recurring conventions:
 from __future__ import annotations
 
 from graphcost._dims import Dim, ceil_log2, numel, prod
-from graphcost._sym import sympy
+from graphcost._minmax import dim_max, dim_min
 from graphcost.ops._registry import (
     FLOPS_PER_MAC,
     Kind,
@@ -135,7 +135,7 @@ def non_max_suppression(n: NodeView) -> Work:
     pairs: Dim = (s * (s - 1) // 2) if isinstance(s, int) else s * (s - 1) / 2
     if m is not None:
         bound = m * (s - 1)
-        pairs = min(pairs, bound) if isinstance(pairs, int) and isinstance(bound, int) else sympy.Min(pairs, bound)
+        pairs = min(pairs, bound) if isinstance(pairs, int) and isinstance(bound, int) else dim_min(pairs, bound)
     groups = scores[0] * scores[1]  # B · C
     per_group = s * ceil_log2(s) + IOU_FLOPS * pairs + (s if n.has_input(4) else 0)  # sort, IoU, threshold
     per_batch = 3 * s + (4 * s if int(n.attr("center_point_box", 0)) else 0)  # areas (+ conversion)
@@ -210,7 +210,7 @@ def tfidf_vectorizer(n: NodeView) -> Work:
     for gram in range(lo, hi + 1):
         for s in range(skip + 1 if gram > 1 else 1):
             span = length - (gram - 1) * (s + 1)
-            candidates += max(0, span) if isinstance(span, int) else sympy.Max(0, span)
+            candidates += max(0, span) if isinstance(span, int) else dim_max(0, span)
     weights = n.out_numel(0) if n.attr("mode") in ("IDF", "TFIDF") else 0
     return Work(flops=rows * candidates + weights)
 

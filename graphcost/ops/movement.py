@@ -43,6 +43,7 @@ import re
 from typing import Any
 
 from graphcost._dims import Dim, ceil_log2, numel
+from graphcost._minmax import dim_min
 from graphcost._sym import sympy
 from graphcost.graph import DEFAULT_DOMAIN, Graph, Node, TensorKind
 from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, ShapeUnknown, Work, lookup, register_free, rule
@@ -72,13 +73,13 @@ def capped(gathered: Dim, table: Dim) -> Dim:
     after, the same objects). Over dims that are non-negative integers, ``c1·M1 ≤ c2·M2`` holds everywhere
     only when ``M1 = M2`` and ``c1 ≤ c2`` (set a dim of the other monomial to 0 otherwise), so equal monomials
     give the smaller, and different ones give the unevaluated ``Min``, the object ``sympy.Min`` itself builds
-    (same args, same order). Anything else goes to ``sympy.Min``.
+    (same args, same order). Anything else goes to ``_minmax.dim_min``, which is ``sympy.Min``'s object too.
     """
     if isinstance(gathered, int) and isinstance(table, int):
         return min(gathered, table)
     a, b = _monomial(gathered), _monomial(table)
     if a is None or b is None:
-        return sympy.Min(gathered, table)
+        return dim_min(gathered, table)
     if a[1] == b[1]:
         return gathered if a[0] <= b[0] else table
     return sympy.Min(gathered, table, evaluate=False)

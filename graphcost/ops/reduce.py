@@ -16,7 +16,7 @@ log 1 + add back the max 1 per output).
 from __future__ import annotations
 
 from graphcost._dims import Dim, ceil_log2, numel, prod
-from graphcost._sym import sympy
+from graphcost._minmax import dim_max
 from graphcost.ops._registry import Kind, NodeView, Work, rule
 
 REDUCE_FLOPS_PER_INPUT = {
@@ -116,7 +116,7 @@ def top_k(n: NodeView) -> Work:
     x = n.in_shape(0)
     axis = _axis(int(n.attr("axis", -1)), len(x))
     k = n.out_shape(0)[axis]
-    depth = sympy.Max(1, ceil_log2(k)) if not isinstance(k, int) else max(1, ceil_log2(k))
+    depth = dim_max(1, ceil_log2(k)) if not isinstance(k, int) else max(1, ceil_log2(k))
     flops = numel(x) * depth  # heap insertions: every element
     if int(n.attr("sorted", 1)):
         rows = prod(d for i, d in enumerate(x) if i != axis)
