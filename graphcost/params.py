@@ -219,21 +219,20 @@ def split_parameters(graph: Graph, proto: onnx.ModelProto, logical_count: int) -
     ``logical_parameter_count`` (computed by the API, where the block-quantized rules live)."""
     copies = _copies(graph)
     buffer_reason: dict[str, str] = dict.fromkeys(_exporter_zero_biases(graph), "exporter_zero_bias")
-    readers: dict[str, int] = {}
     direct: dict[str, int] = {}  # readers of a tensor other than its Identity copies
     for g in graph.walk():
         tensors = g.tensors()
         for node in g.nodes():
-            if node.op_type == "ConstantOfShape" and node.domain == "ai.onnx" and node.outputs \
+            op = (node.domain, node.op_type)
+            if op == ("ai.onnx", "ConstantOfShape") and node.outputs \
                     and node.outputs[0] in tensors and tensors[node.outputs[0]].kind == TensorKind.PARAMETER:
                 buffer_reason.setdefault(node.outputs[0], "generated_constant")  # one repeated value: nothing to learn
-            for name in set(node.inputs):
-                if name:
-                    readers[name] = readers.get(name, 0) + 1
-                    if not (node.op_type == "Identity" and node.outputs and node.outputs[0] in copies):
+            if not (node.op_type == "Identity" and node.outputs and node.outputs[0] in copies):
+                for name in set(node.inputs):
+                    if name:
                         direct[name] = direct.get(name, 0) + 1
-            slots = _BUFFER_SLOTS.get((node.domain, node.op_type), ())
-            if (node.domain, node.op_type) in _TABLE_PRODUCTS and len(node.inputs) > 1 \
+            slots = _BUFFER_SLOTS.get(op, ())
+            if op in _TABLE_PRODUCTS and len(node.inputs) > 1 \
                     and _stored(g, tensors, node.inputs[0]) and _stored(g, tensors, node.inputs[1]):
                 slots = (0,)  # a stored tensor as the data operand of a product by a stored weight: a table
             for i in slots:
