@@ -69,7 +69,7 @@ import numpy as np
 
 from graphcost._dims import Dim, evaluate, numel, to_text
 from graphcost.graph import DEFAULT_DOMAIN, Graph, Node, dtype_bits
-from graphcost.passes.costs import CostResult, count_costs
+from graphcost.passes.costs import CostResult, NodeCost, count_costs
 from graphcost.passes.roofline import kernel_bound
 
 PRECEDING = "preceding"
@@ -183,8 +183,9 @@ def find_foldable(graph: Graph, costs: CostResult | None = None) -> BatchNormRes
     ``costs`` is the graph's ``count_costs`` result (computed here when not given).
     """
     costs = costs if costs is not None else count_costs(graph)
-    by_name = {c.name: c for c in costs.nodes}
-    uses = _subgraph_uses(graph)
+    # made at the first batchnorm: a graph without one (most, and synthetic-100k) needs neither table
+    by_name: dict[str, NodeCost] | None = None
+    uses: dict[str, list[str]] | None = None
     foldable: list[Foldable] = []
     refused: list[Refusal] = []
     biased: set[str] = set()  # targets that already got a new bias from an earlier fold
@@ -194,6 +195,8 @@ def find_foldable(graph: Graph, costs: CostResult | None = None) -> BatchNormRes
                 refused.extend(Refusal(name, f"inside a subgraph of {node.name}: fold rewrites the main graph only")
                                for name in _batchnorms(child))
             continue
+        if by_name is None or uses is None:
+            by_name, uses = {c.name: c for c in costs.nodes}, _subgraph_uses(graph)
         match = _match(graph, node, uses)
         if isinstance(match, _Fail):
             refused.append(Refusal(node.name, match.reason))

@@ -19,12 +19,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from graphcost._dims import Dim, as_expr, simplify_dim, symbol
+from graphcost._minmax import dim_max
 from graphcost._sym import sympy
 from graphcost.graph import Graph, Node, Tensor
 from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, Work, lookup
-from graphcost.ops._registry import tensor_bytes
+from graphcost.ops._registry import RuleEntry, tensor_bytes
 from graphcost.ops.movement import views_of
 
 __all__ = ["CONTROL_OPS", "CostResult", "CostWarning", "KvTraffic", "NodeCost", "TensorRef", "count_costs",
@@ -33,18 +35,21 @@ __all__ = ["CONTROL_OPS", "CostResult", "CostWarning", "KvTraffic", "NodeCost", 
 CONTROL_OPS = ("If", "Loop", "Scan", "SequenceMap")
 
 
-@dataclass(frozen=True, slots=True)
-class TensorRef:
+class TensorRef(NamedTuple):
+    """A tensor as a cost row names it (one per tensor, shared by its producer's and consumers' rows)."""
+
     name: str
     shape: tuple[Dim, ...] | None
     dtype: str
 
 
-@dataclass(frozen=True, slots=True)
-class NodeCost:
+class NodeCost(NamedTuple):
     """Cost of one node (of one execution; a body node is per iteration, see ``multiplier``).
 
     ``flops``/``macs`` are None when unknown; ``bytes_*`` are None when a shape is unknown.
+
+    Frozen as a NamedTuple rather than a frozen dataclass, like ``roofline.Bound``: one is built per node, and
+    a frozen dataclass of these 18 fields builds in 1.83 µs against 0.30 µs (measured, CPython 3.11).
     """
 
     name: str
@@ -103,13 +108,38 @@ def count_costs(graph: Graph) -> CostResult:
     return CostResult(tuple(nodes), tuple(ctx.warnings))
 
 
+class _Seen(NamedTuple):
+    """What the pass needs of one tensor name of one graph, looked up once: a tensor feeds ~2 nodes."""
+
+    tensor: Tensor | None
+    ref: TensorRef
+    bytes: Dim | None
+
+
+class _Rule(NamedTuple):
+    """The registry's entry for one (domain, op_type), with what every node of that op reads of it."""
+
+    entry: RuleEntry | None
+    kind: str | None
+    free_inputs: frozenset[int]
+    moves_bytes: bool
+    """False for views and metadata ops (``Kind.VIEW``, ``Kind.FREE``): they read and write no bytes."""
+
+
 @dataclass
 class _Context:
-    """State of one count_costs call: warnings so far, and one TensorRef per tensor (a tensor feeding
-    many nodes is described once)."""
+    """State of one count_costs call: warnings so far, one TensorRef per tensor (a tensor feeding many nodes is
+    described once), each graph's tensors as looked up so far, and each op's registry entry.
+
+    The tables make a node's inputs and outputs one dict hit each and its rule one more, where the tensor, its
+    bytes, its TensorRef and the rule were looked up per use. synthetic-100k ``count_costs``: 3.39 s before,
+    2.17 s after (with NodeCost and TensorRef as NamedTuples; measured side by side in one process, best of 2,
+    on a loaded machine); synthetic-10k 0.73× the time of before."""
 
     warnings: list[CostWarning] = field(default_factory=list)
     refs: dict[int, TensorRef] = field(default_factory=dict)
+    seen: dict[int, dict[str, _Seen]] = field(default_factory=dict)
+    rules: dict[tuple[str, str], _Rule] = field(default_factory=dict)
 
     def ref(self, t: Tensor | None, name: str) -> TensorRef:
         if t is None:
@@ -119,76 +149,118 @@ class _Context:
             ref = self.refs[id(t)] = TensorRef(name, t.shape, t.dtype)
         return ref
 
+    def tensors(self, graph: Graph) -> dict[str, _Seen]:
+        table = self.seen.get(id(graph))
+        if table is None:
+            table = self.seen[id(graph)] = {}
+        return table
 
-def _node_bytes(graph: Graph, node: Node, free_inputs: frozenset[int], kind: Kind | None
-                ) -> tuple[Dim | None, Dim | None, list[str]]:
-    """Bytes read (distinct inputs once) and written (outputs once), with names of unknown tensors."""
-    if kind in (Kind.VIEW, Kind.FREE):
-        return 0, 0, []
-    missing: list[str] = []
-    read: Dim = 0
-    seen: set[str] = set()
-    for slot, name in enumerate(node.inputs):
-        if not name or name in seen or slot in free_inputs:
-            continue
-        seen.add(name)
-        b = tensor_bytes(graph.tensor(name))
-        if b is None:
-            missing.append(name)
+    def look(self, graph: Graph, name: str, table: dict[str, _Seen]) -> _Seen:
+        """``table[name]``, made on the first use of the name."""
+        t = graph.tensor(name)
+        hit = table[name] = _Seen(t, self.ref(t, name), None if t is None else tensor_bytes(t))
+        return hit
+
+    def rule(self, domain: str, op_type: str) -> _Rule:
+        entry = lookup(domain, op_type)
+        if entry is None:
+            got = _Rule(None, None, frozenset(), True)
         else:
-            read = read + b
-    written: Dim = 0
-    for name in node.outputs:
-        if not name:
-            continue
-        b = tensor_bytes(graph.tensor(name))
-        if b is None:
-            missing.append(name)
-        else:
-            written = written + b
-    if missing:
-        return None, None, missing
-    return read, written, missing
+            got = _Rule(entry, entry.kind.value, entry.free_inputs, entry.kind not in (Kind.VIEW, Kind.FREE))
+        self.rules[(domain, op_type)] = got
+        return got
 
 
 def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, multiplier: Dim,
                ctx: _Context) -> list[NodeCost]:
-    inputs = tuple(graph.tensor(t) if t else None for t in node.inputs)
-    outputs = tuple(graph.tensor(t) if t else None for t in node.outputs)
-    refs_in = tuple(ctx.ref(t, n) for t, n in zip(inputs, node.inputs, strict=True) if n)
-    refs_out = tuple(ctx.ref(t, n) for t, n in zip(outputs, node.outputs, strict=True) if n)
-    dtype = next((t.dtype for t in inputs if t is not None), "unknown")
-    entry = lookup(node.domain, node.op_type)
+    """The node's cost row (a control node's, then its bodies' rows).
+
+    Bytes: each distinct input once (omitted optionals and the rule's ``free_inputs`` skipped) and each output
+    once; views and metadata ops none. One pass over the names, each a table hit (see ``_Context``)."""
+    table = ctx.tensors(graph)
+    rule = ctx.rules.get((node.domain, node.op_type))
+    if rule is None:
+        rule = ctx.rule(node.domain, node.op_type)
+    charge, free = rule.moves_bytes, rule.free_inputs
+    inputs: list[Tensor | None] = []
+    refs_in: list[TensorRef] = []
+    missing: list[str] = []
+    counted: list[str] = []
+    dtype = None
+    read: Dim = 0
+    names = node.inputs
+    for slot, name in enumerate(names):
+        if not name:
+            inputs.append(None)
+            continue
+        hit = table.get(name)
+        if hit is None:
+            hit = ctx.look(graph, name, table)
+        t = hit.tensor
+        inputs.append(t)
+        refs_in.append(hit.ref)
+        if dtype is None and t is not None:
+            dtype = t.dtype
+        if charge and slot not in free and name not in counted:  # a name read twice is read once
+            counted.append(name)
+            if hit.bytes is None:
+                missing.append(name)
+            else:
+                read = read + hit.bytes
+    outputs: list[Tensor | None] = []
+    refs_out: list[TensorRef] = []
+    written: Dim = 0
+    for name in node.outputs:
+        if not name:
+            outputs.append(None)
+            continue
+        hit = table.get(name)
+        if hit is None:
+            hit = ctx.look(graph, name, table)
+        outputs.append(hit.tensor)
+        refs_out.append(hit.ref)
+        if charge:
+            if hit.bytes is None:
+                missing.append(name)
+            else:
+                written = written + hit.bytes
+    if dtype is None:
+        dtype = "unknown"
+    ins, outs = tuple(inputs), tuple(outputs)
 
     if node.op_type in CONTROL_OPS and graph.children(node.name):
-        return _cost_control(graph, node, inputs, outputs, refs_in, refs_out, dtype, depth, parent,
+        return _cost_control(graph, node, ins, outs, tuple(refs_in), tuple(refs_out), dtype, depth, parent,
                              multiplier, ctx)
 
-    kind = entry.kind if entry is not None else None
-    b_read, b_written, missing = _node_bytes(graph, node, entry.free_inputs if entry else frozenset(), kind)
+    b_read: Dim | None = read
+    b_written: Dim | None = written
     if missing:
+        b_read = b_written = None
         ctx.warnings.append(CostWarning(node.name, f"shape or dtype of {', '.join(missing[:3])} unknown: "
                                                f"bytes of {node.op_type} not counted"))
+    entry = rule.entry
     if entry is None:
         reason = f"no cost rule for {node.domain}::{node.op_type}"
         ctx.warnings.append(CostWarning(node.name, f"{reason}; FLOPs unknown (register one with graphcost.ops.rule)"))
         return [NodeCost(node.name, node.op_type, node.domain, None, dtype, None, None, b_read, b_written,
-                         refs_in, refs_out, False, depth, parent, multiplier, "", reason)]
-    view = NodeView(node, inputs, outputs, graph)
+                         tuple(refs_in), tuple(refs_out), False, depth, parent, multiplier, "", reason)]
     try:
-        result = entry.fn(view)
+        result = entry.fn(NodeView(node, ins, outs, graph))
     except ShapeUnknown as e:
         result = Unknown(str(e))
     except Exception as e:  # a rule bug must not kill the analysis, but it must be visible
         result = Unknown(f"cost rule for {node.op_type} failed: {type(e).__name__}: {e}")
     if isinstance(result, Unknown):
         ctx.warnings.append(CostWarning(node.name, f"{node.op_type}: {result.reason}; FLOPs unknown"))
-        return [NodeCost(node.name, node.op_type, node.domain, kind.value if kind else None, dtype, None, None,
-                         b_read, b_written, refs_in, refs_out, True, depth, parent, multiplier, "", result.reason)]
+        return [NodeCost(node.name, node.op_type, node.domain, rule.kind, dtype, None, None,
+                         b_read, b_written, tuple(refs_in), tuple(refs_out), True, depth, parent, multiplier, "",
+                         result.reason)]
     ideal_read, ideal_written, as_written = _ideal_bytes(result, b_read, b_written)
-    return [NodeCost(node.name, node.op_type, node.domain, kind.value if kind else None, dtype,
-                     _clean(result.flops), _clean(result.macs), ideal_read, ideal_written, refs_in, refs_out, True,
-                     depth, parent, multiplier, result.note, None, as_written)]
+    flops, macs = result.flops, result.macs
+    return [NodeCost(node.name, node.op_type, node.domain, rule.kind, dtype,
+                     flops if type(flops) is int else _clean(flops), macs if type(macs) is int else _clean(macs),
+                     ideal_read, ideal_written, tuple(refs_in), tuple(refs_out), True, depth, parent, multiplier,
+                     result.note, None, as_written)]
 
 
 def _ideal_bytes(result: Work, b_read: Dim | None, b_written: Dim | None
@@ -276,7 +348,7 @@ def _max_of(values: list[Dim | None]) -> Dim | None:
         return 0
     if all(isinstance(v, int) for v in vals):
         return max(vals)  # type: ignore[type-var]
-    return simplify_dim(sympy.Max(*vals))
+    return simplify_dim(dim_max(*vals))  # sympy.Max's object, without its order search where none exists
 
 
 def _pick_branch(flops: list[Dim | None], labels: list[str]) -> str:

@@ -1,0 +1,57 @@
+"""Compact JSON writes each node row from one format string with memoized value texts (``report/model.py _Texts``)
+and section items through a C encoder made once (``_reused``): every row must be the bytes
+``json.dumps(row.to_dict(), separators=(",", ":"))`` writes, whatever came before it, and every item the bytes a
+fresh encoder writes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import graphcost
+from graphcost.report import model as report_model
+from graphcost.report.model import NodeReport, TensorInfo
+
+X = TensorInfo("x", (1, "batch", 3), "float32")
+
+
+def _row(name: str, **values: object) -> NodeReport:
+    base: dict[str, object] = dict(
+        name=name, op_type="Add", domain="ai.onnx", kind="elementwise", dtype="float32", flops=2048, macs=0,
+        bytes_read=64, bytes_written=32, dram_bytes=96, intensity=0.5, compute_time_s=1e-9, memory_time_s=2e-9,
+        roofline_time_s=2e-9, bound="memory", inputs=(X, X), outputs=(TensorInfo("y", None, "unknown"),))
+    return NodeReport(**{**base, **values})  # type: ignore[arg-type]
+
+
+ROWS = (
+    _row("a"),
+    _row("b", flops=2048.0, macs=0.0),  # equal to the ints before: written 2048.0, not 2048
+    _row("c", compute_time_s=-0.0, memory_time_s=0.0, intensity=1),  # -0.0 == 0.0, yet spelled apart
+    _row("d", flops=math.inf, compute_time_s=math.inf, memory_time_s=math.nan),  # counts: Infinity; times: null
+    _row('é "q"\\\n', parent="p", depth=1, multiplier="trips_loop", note="", unknown_reason="why",
+         fusion_group="g0", bytes_as_written=128),  # escaped name; a formula multiplier; "" note is null
+    _row("f", kind=None, bound=None, flops=None, macs=None, dram_bytes=None, intensity=None, note="n",
+         has_rule=False),
+)
+
+
+def test_every_row_is_the_text_json_dumps_writes_even_after_equal_values_of_another_type() -> None:
+    texts = report_model._Texts()  # one for all rows, as json_chunks uses it
+    for row in (*ROWS, *ROWS):  # twice: the second time every value text comes from the memo
+        assert row._json(texts) == json.dumps(row.to_dict(), separators=(",", ":"))
+
+
+def test_a_section_item_is_the_text_of_a_fresh_strict_encoder_and_non_finite_numbers_are_null() -> None:
+    fresh = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+    items = ({"id": "g0", "t": 1.5, "z": -0.0, "nodes": ["a", "é"], "n": None, "ok": True}, [1, 2.0, "x"], "s", 3)
+    for item in items:
+        assert report_model._dumps_any(item) == fresh.encode(item)
+    with_inf = {"id": "g1", "t": math.inf, "rows": [math.nan, 1]}
+    assert report_model._dumps_any(with_inf) == '{"id":"g1","t":null,"rows":[null,1]}'  # JSON has no inf
+
+
+def test_compact_report_is_the_dumps_of_its_dict() -> None:
+    report = graphcost.analyze("models/tiny_transformer.onnx")
+    compact = "".join(report.json_chunks(indent=0))  # indent 0: the compact writer at any size
+    assert compact == report_model._dumps(report.to_dict(), None)
+    assert json.loads(compact)["nodes"][0]["name"] == report.nodes[0].name
