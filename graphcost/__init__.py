@@ -67,11 +67,18 @@ class _CallableModule(_types.ModuleType):
 
 class _Package(_types.ModuleType):
     """This package: ``import graphcost.gap`` (from anywhere, in any order) sets the attribute ``gap`` through
-    ``setattr``, and that is where the module becomes callable."""
+    ``setattr``, and that is where the module becomes callable.
+
+    ``graphcost.load`` is the public function, as the eager package bound it, although a submodule of the same
+    name exists: the import system sets the attribute to the module when anything imports ``graphcost.load``
+    first (the CLI does), and then ``__getattr__`` is never asked. That binding is replaced by the module's
+    ``load`` here; the module itself stays in ``sys.modules`` for ``from graphcost.load import ...``."""
 
     def __setattr__(self, name: str, value: _Any) -> None:
         if name == "gap" and type(value) is _types.ModuleType:
             value.__class__ = _CallableModule
+        elif name == "load" and isinstance(value, _types.ModuleType) and value.__name__ == f"{__name__}.load":
+            value = value.load
         super().__setattr__(name, value)
 
 

@@ -78,3 +78,13 @@ def test_graphcost_gap_is_callable_whichever_import_comes_first() -> None:
             "print(callable(graphcost.gap), graphcost.gap is sys.modules['graphcost.gap'])")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert run.stdout.split() == ["True", "True"]
+
+
+def test_graphcost_load_is_the_function_whichever_import_comes_first() -> None:
+    # The CLI imports the graphcost.load module before any public name is read; the import system then binds
+    # the package attribute to the module, and `graphcost.load(path)` failed with "'module' object is not
+    # callable" (a heavy specialize test hit it when run alone).
+    code = ("import graphcost.load, graphcost, sys; from graphcost.load import load; "
+            "print(graphcost.load is load, sys.modules['graphcost.load'].Model is graphcost.Model)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert run.stdout.split() == ["True", "True"]
