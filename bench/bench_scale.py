@@ -27,6 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from _bytecode import compile_bytecode  # noqa: E402
 from make_models import SYNTHETIC_SIZES, model_path  # noqa: E402
 
 VENV = ROOT / ".venv" / "bin"
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         tools["graphcost (baseline)"] = ([str(VENV / "graphcost"), "analyze"], {**env, "PYTHONPATH": a.baseline})
     tools["onnxslim --inspect"] = ([str(VENV / "onnxslim"), "--inspect"], env)
     tools["onnx-tool"] = ([str(PEERS / "python"), "-m", "onnx_tool", "-i"], env)
+    compile_bytecode()  # the checkout's bytecode, as an installed copy has it
     rows: list[dict[str, object]] = []
     for model in a.models.split(","):
         path = model_path(model)

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(HERE))
 
 import real_exports as rx  # noqa: E402  (tests/ is not a package)
+from _bytecode import compile_bytecode  # noqa: E402
 
 TIMEOUT_S = 600.0  # per measurement; a run past it is reported as "timeout"
 SYNTHETIC = ("synthetic-10k", "synthetic-100k")
@@ -79,15 +80,6 @@ def _graphcost(path: Path) -> list[str]:
 def _onnxslim(path: Path) -> list[str]:
     exe = Path(sys.executable).with_name("onnxslim")
     return [str(exe), "--inspect", str(path)]
-
-
-def compile_bytecode() -> None:
-    """Write graphcost's bytecode once, as ``pip install`` does for onnxslim in site-packages.
-
-    An editable checkout run with ``PYTHONDONTWRITEBYTECODE=1`` (this machine's shell) recompiles every graphcost
-    module in every process: 0.2-0.3 s of a 0.4 s small-model run (2026-12-01), a cost no installed copy pays."""
-    dirs = [str(ROOT / d) for d in ("graphcost", "passes", "hardware", "models")]
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *dirs], stdout=subprocess.DEVNULL, check=False)
 
 
 def time_once(argv: list[str]) -> float | str:
