@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,16 +36,23 @@ PEERS = HERE / ".venv-peers" / "bin"
 
 
 def run_once(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, float, str]:
-    """(wall s, peak RSS MiB, error) of one fresh process."""
+    """(wall s, peak RSS MiB, error) of one fresh process.
+
+    The tool runs under ``/usr/bin/time`` in a session of its own, and a timeout kills that whole process group:
+    killing only ``time`` (what ``subprocess.run(timeout=)`` does) left onnx-tool running on at 100% of a core
+    through the next rounds, which slowed every tool measured after it (seen 2026-12-01)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%e %M", "-o", tf.name, *argv], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, cwd="/tmp", env=env, start_new_session=True)
         try:
-            r = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", tf.name, *argv], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, timeout=timeout, cwd="/tmp", env=env)
+            _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             return float("nan"), float("nan"), f"killed after {timeout:.0f} s"
         fields = tf.read().split()
-    if r.returncode != 0:
-        return float("nan"), float("nan"), (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1][:200]
+    if proc.returncode != 0:
+        return float("nan"), float("nan"), (stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:200]
     return float(fields[-2]), float(fields[-1]) / 1024.0, ""
 
 
