@@ -1,5 +1,5 @@
-"""Compact JSON writes each node row from one format string with memoized value texts (``report/model.py _Texts``)
-and section items through a C encoder made once (``_reused``): every row must be the bytes
+"""Compact JSON writes each node row from one format string with memoized value texts (``report/_json.py Texts``)
+and section items through a C encoder made once (``reused``): every row must be the bytes
 ``json.dumps(row.to_dict(), separators=(",", ":"))`` writes, whatever came before it, and every item the bytes a
 fresh encoder writes."""
 
@@ -9,7 +9,7 @@ import json
 import math
 
 import graphcost
-from graphcost.report import model as report_model
+from graphcost.report import _json as report_json
 from graphcost.report.model import NodeReport, TensorInfo
 
 X = TensorInfo("x", (1, "batch", 3), "float32")
@@ -36,7 +36,7 @@ ROWS = (
 
 
 def test_every_row_is_the_text_json_dumps_writes_even_after_equal_values_of_another_type() -> None:
-    texts = report_model._Texts()  # one for all rows, as json_chunks uses it
+    texts = report_json.Texts()  # one for all rows, as json_chunks uses it
     for row in (*ROWS, *ROWS):  # twice: the second time every value text comes from the memo
         assert row._json(texts) == json.dumps(row.to_dict(), separators=(",", ":"))
 
@@ -45,13 +45,13 @@ def test_a_section_item_is_the_text_of_a_fresh_strict_encoder_and_non_finite_num
     fresh = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
     items = ({"id": "g0", "t": 1.5, "z": -0.0, "nodes": ["a", "é"], "n": None, "ok": True}, [1, 2.0, "x"], "s", 3)
     for item in items:
-        assert report_model._dumps_any(item) == fresh.encode(item)
+        assert report_json.dumps_any(item) == fresh.encode(item)
     with_inf = {"id": "g1", "t": math.inf, "rows": [math.nan, 1]}
-    assert report_model._dumps_any(with_inf) == '{"id":"g1","t":null,"rows":[null,1]}'  # JSON has no inf
+    assert report_json.dumps_any(with_inf) == '{"id":"g1","t":null,"rows":[null,1]}'  # JSON has no inf
 
 
 def test_compact_report_is_the_dumps_of_its_dict() -> None:
     report = graphcost.analyze("models/tiny_transformer.onnx")
     compact = "".join(report.json_chunks(indent=0))  # indent 0: the compact writer at any size
-    assert compact == report_model._dumps(report.to_dict(), None)
+    assert compact == report_json.dumps(report.to_dict(), None)
     assert json.loads(compact)["nodes"][0]["name"] == report.nodes[0].name

@@ -21,6 +21,7 @@ from graphcost._sym import sympy
 from graphcost.graph import Tensor, TensorKind
 from graphcost.ops._registry import tensor_bytes
 from graphcost.ops.movement import capped
+from graphcost.report import _json as report_json
 from graphcost.report import model as report_model
 from graphcost.report.model import COMPACT_JSON_NODES
 
@@ -124,7 +125,7 @@ def _chain(n: int) -> onnx.ModelProto:
 
 def _old_json(report: report_model.Report, indent: int | None) -> str:
     """The writer as it was: the whole to_dict(), non-finite numbers outside node rows as null."""
-    return json.dumps(report_model._finite(report.to_dict()), indent=indent,
+    return json.dumps(report_json.finite(report.to_dict()), indent=indent,
                       separators=None if indent else (",", ":"))
 
 
@@ -148,8 +149,8 @@ def test_indented_json_is_the_old_bytes():
 
 def test_dumps_writes_non_finite_numbers_as_null():
     d = {"totals": {"intensity": math.inf, "x": [1.5, -math.inf, math.nan]}, "nodes": None}
-    assert report_model._dumps(d, None) == '{"totals":{"intensity":null,"x":[1.5,null,null]},"nodes":null}'
-    assert report_model._dumps({"a": 1.5}, None) == '{"a":1.5}'  # finite: the first try stands
+    assert report_json.dumps(d, None) == '{"totals":{"intensity":null,"x":[1.5,null,null]},"nodes":null}'
+    assert report_json.dumps({"a": 1.5}, None) == '{"a":1.5}'  # finite: the first try stands
 
 
 def test_dims_module_keeps_its_public_names():

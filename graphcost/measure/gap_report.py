@@ -36,7 +36,7 @@ from graphcost.measure.stats import modes, timing
 from graphcost.passes.fusion import fuse
 from graphcost.passes.liveness import liveness
 from graphcost.passes.roofline import applied_residency
-from graphcost.report.model import _finite
+from graphcost.report._json import finite as _finite
 
 SCHEMA = "graphcost.gap/1"
 
