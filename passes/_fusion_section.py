@@ -7,13 +7,12 @@ themselves come from ``passes/fusion.py``.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graphcost._dims import Dim
+from graphcost._gc import paused as gc_paused
 from graphcost.graph import TensorKind
 from graphcost.hardware.spec import HardwareSpec
 from graphcost.passes._fusion_policy import Role
@@ -26,19 +25,6 @@ if TYPE_CHECKING:
 Number = int | float
 _MISSING = object()
 _CONTROL = Role.CONTROL
-
-
-@contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused: the pass allocates a few objects per node and frees them by
-    reference counting; collections triggered on the way would walk the whole heap again and again."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @dataclass(frozen=True)
@@ -148,7 +134,7 @@ def fusion_section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str,
     ``nodes`` bound it (the same capacity and residency); time_fused = ``kernel_bound`` of the group as one
     kernel: its FLOPs at the peak of the anchor's (or first kernel's) dtype, ``bytes_fused`` with the
     activations crossing the group resident (cold) or every byte (warm)."""
-    with no_cyclic_gc():
+    with gc_paused():  # a few objects per node, freed by reference counting (graphcost/_gc.py)
         return _section(result, hw, binding, capacity, residency)
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from graphcost._dims import Dim
+from graphcost._gc import paused as gc_paused
 from graphcost.graph import Graph, Node
 from graphcost.passes._fusion_groups import Fuser
 from graphcost.passes._fusion_policy import (
@@ -65,7 +66,6 @@ from graphcost.passes._fusion_section import (
     FusionTotals,
     GroupNumbers,
     fusion_section,
-    no_cyclic_gc,
     node_time,
 )
 from graphcost.passes._storage import Crossing, Storage, data_reads, data_reads_all, sum_dims  # noqa: F401  (data_reads: kept importable here)
@@ -183,7 +183,7 @@ class FusionResult:
 # --------------------------------------------------------------------------- the grouping
 def fuse(graph: Graph, costs: CostResult, policy: Policy | str | None = None) -> FusionResult:
     """Partition the top-level nodes of ``graph`` into fusion groups under ``policy`` (default IDEAL)."""
-    with no_cyclic_gc():
+    with gc_paused():  # a few objects per node, freed by reference counting (graphcost/_gc.py)
         return _fuse(graph, costs, _policy(policy))
 
 

@@ -34,14 +34,13 @@ docs/memory.md gives the definitions and the training assumptions.
 
 from __future__ import annotations
 
-import gc
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any
 
+from graphcost._gc import paused as gc_paused
 from graphcost.graph import CycleError, Graph, TensorKind
 from graphcost.ops import Kind, lookup
 from graphcost.passes._order_search import (
@@ -195,18 +194,9 @@ class MemoryResult:
         }
 
 
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector for one pass (restored as it was). The pass keeps about ten
-    containers per node and makes no cycles; with the collector on, the full collections they trigger walk
-    the whole graph each time, which made the pass 2x slower per node at 100k nodes than at 10k."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+# Each pass below runs with the cyclic collector paused (graphcost/_gc.py): it keeps about ten containers per
+# node and makes no cycles; with the collector on, the full collections they trigger made the pass 2x slower
+# per node at 100k nodes than at 10k.
 
 
 # ----------------------------------------------------------------------------------------------- orders
@@ -251,7 +241,7 @@ def _reorder(p: Problem, graph_order_peak: int | None = None) -> ReorderResult:
 
 def reorder(graph: Graph, binding: Mapping[str, int]) -> ReorderResult:
     """A topological order with a peak no higher than graph order's (graph order itself when nothing beats it)."""
-    with _no_gc():
+    with gc_paused():
         return _reorder(problem(graph, binding))
 
 
@@ -283,7 +273,7 @@ def _arena(p: Problem, order: Sequence[int], alignment: int,
 
 def arena(graph: Graph, binding: Mapping[str, int], alignment: int = 64) -> ArenaResult:
     """Arena bytes for graph order, each buffer rounded up to ``alignment``: never less than the ideal peak."""
-    with _no_gc():
+    with gc_paused():
         p = problem(graph, binding)
         return _arena(p, range(len(p.nodes)), alignment)
 
@@ -358,7 +348,7 @@ def liveness(
     Also searches for a better order (``search_order``), estimates an arena with ``alignment``, and,
     given ``training``, adds gradients, optimizer state and saved activations.
     """
-    with _no_gc():
+    with gc_paused():
         return _liveness(graph, binding, order, alignment, training, search_order)
 
 

@@ -23,12 +23,12 @@ pins what each kind of command imports.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Sequence
 
 from graphcost import __version__
+from graphcost._gc import paused as gc_paused
 from graphcost.cli import (
     analyze,
     audit,
@@ -90,14 +90,8 @@ def _command_in(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``graphcost ARGV`` and return its exit code (never raises for bad input: one line on stderr)."""
-    # A CLI run is short and frees little until it exits: the cyclic collector only costs time here.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():  # a CLI run is short and frees little until it exits: the collector only costs time
         return _main(argv)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _main(argv: Sequence[str] | None) -> int:
