@@ -348,15 +348,11 @@ def roofline(
     onchip_bytes = _OnChip(graph, binding) if use_onchip and residency == "cold" and graph is not None else None
     rows: list[NodeBound] = []
     peak_dtypes: dict[str, str] = {}
-    # Sums over top-level nodes of their bounds, unknowns read as 0 (``Bound.known``), added in node order as
-    # ``sum_bounds`` adds them.
-    t_flops: Number = 0
-    t_dram: Number = 0
-    t_compute = t_memory = t_roof = 0.0
+    top: list[Bound] = []
     t_macs: Number = 0
     t_read: Number = 0
     t_written: Number = 0
-    unknown = top = 0
+    unknown = 0
     for c in costs.nodes:
         # a count that is already an int is its own value (count_value's first case), without the call
         flops, macs, b_read, b_written = c.flops, c.macs, c.bytes_read, c.bytes_written
@@ -382,23 +378,20 @@ def roofline(
                               k.compute_s, k.memory_s, k.time_s, k.bound))
         if c.depth != 0:
             continue
-        top += 1
         if flops is None:
             unknown += 1
-        t_flops += flops or 0
-        t_dram += k.dram_bytes or 0
-        t_compute += k.compute_s or 0.0
-        t_memory += k.memory_s or 0.0
-        t_roof += k.time_s or 0.0
+        top.append(k.known())
         t_macs += macs or 0
         t_read += b_read or 0
         t_written += b_written or 0
+    total = sum_bounds(top)
+    t_flops, t_dram, t_compute, t_memory, t_roof = total.flops or 0, total.dram_bytes or 0, \
+        total.compute_s or 0.0, total.memory_s or 0.0, total.time_s or 0.0
     total_bytes = t_read + t_written
-    total = Bound(t_flops, total_bytes, t_dram, t_compute, t_memory, t_roof)
     totals = Totals(
         flops=t_flops, macs=t_macs, bytes_read=t_read, bytes_written=t_written, bytes=total_bytes,
         dram_bytes=t_dram, intensity=(t_flops / total_bytes) if total_bytes else None,
         compute_time_s=t_compute, memory_time_s=t_memory, roofline_time_s=t_roof,
         bound=total.bound or "compute",
-        energy_floor_j=t_dram * hw.energy_per_byte, unknown_nodes=unknown, nodes=top)
+        energy_floor_j=t_dram * hw.energy_per_byte, unknown_nodes=unknown, nodes=len(top))
     return Bounds(tuple(rows), totals)

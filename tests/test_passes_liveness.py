@@ -270,7 +270,8 @@ def test_arena_aligns_and_never_undercuts() -> None:
 
 
 def test_the_collector_is_left_as_it_was() -> None:
-    """The pass pauses the cyclic GC while it runs (passes/liveness.py, graphcost/_gc.py paused) and restores it, raise or not."""
+    """The pass pauses the cyclic GC while it runs (passes/liveness.py, with graphcost/_gc.py's ``paused``) and
+    restores it, raise or not."""
     import gc
 
     g = typed(RESIDUAL, **RESIDUAL_WEIGHTS)
