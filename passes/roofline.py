@@ -281,40 +281,12 @@ def kernel_bound(flops: Number | None, moved: Number | None, hw: HardwareSpec, *
     bandwidth — a deliberate model for callers that say so (LLM decode, per-device training estimates).
     ``efficiency`` scales the DRAM bandwidth. Unknown counts (None) give unknown times.
     """
-    roofs = _roofs  # read once: another thread may put another spec's roofs there
-    if roofs.hw is not hw:
-        roofs = _remember(hw)
-    peak = roofs.peaks.get(dtype)
-    if peak is None:
-        peak = roofs.peaks[dtype] = hw.peak_for(dtype)[0]
-    compute = None if flops is None else flops / peak
+    compute = None if flops is None else flops / hw.peak(dtype)
     if moved is None:
         return Bound.of(flops, None, None, compute, None)
-    levels = roofs.levels if capacity else ()
+    levels = hw.levels() if capacity else ()
     dram = _split(levels, moved, resident)
     return Bound.of(flops, moved, dram, compute, _memory(levels, _dram_bandwidth(hw, efficiency), moved, dram))
-
-
-class _Roofs(NamedTuple):
-    """What :func:`kernel_bound` reads of one spec, read once: its on-chip levels and its peak per dtype.
-    ``kernel_bound`` runs ~2.7 times per node (the report's nodes, the fusion section's nodes and groups:
-    270k calls at synthetic-100k); with ``levels()`` and ``peak_for()`` asked anew one call took 1.88 µs on
-    edge-soc and 3.07 µs on a100-sxm-40gb, against 1.52 and 2.52 µs with the roofs read once (measured side by
-    side, loaded machine). A spec is frozen (its peaks a read-only copy), so what is read of it once holds; the
-    last spec asked about is kept."""
-
-    hw: HardwareSpec | None
-    levels: tuple[tuple[int, float], ...]
-    peaks: dict[str, float]
-
-
-_roofs = _Roofs(None, (), {})
-
-
-def _remember(hw: HardwareSpec) -> _Roofs:
-    global _roofs
-    _roofs = _Roofs(hw, hw.levels(), {})
-    return _roofs
 
 
 def sum_bounds(bounds: Iterable[Bound]) -> Bound:
