@@ -410,37 +410,52 @@ def name_minted_dims(types: TypeTable, order: Iterable[str], graph: onnx.GraphPr
     uses in ``graph`` (the model as loaded). The new name is ``unk__<tensor>_<axis>``, with ``_``
     appended while it would clash with another name. Relations survive: every dim that used the symbol
     uses the new name.
-    Returns a new table; types without minted names are shared, not copied."""
-    if not any(d.HasField("dim_param") and _maybe_minted(d.dim_param)
-               for t in types.values() for shape in type_shapes(t) for d in shape.dim):
+    Returns a new table; types without minted names are shared, not copied.
+
+    Only types whose serialized bytes hold ``unk__`` or ``_d`` are walked (a dim_param is stored verbatim
+    in them, so no other type can carry a minted name), and the model's own dim names are collected only
+    when the model's bytes can hold one that matters (:func:`_model_names_for_minted`). The tables the
+    shape pass hands it (best of 5 each, one process, the same table asserted, machine shared and loaded):
+    Faster R-CNN legacy 28.2 ms CPU before, 13.5 ms after; FCOS legacy 29.4 / 15.6; MViT-B legacy 26.9 / 11.6."""
+    candidates = [name for name, t in types.items() if _maybe_minted_bytes(t.SerializeToString())]
+    if not candidates:
         return types  # the common case, and every static graph: nothing to rename
-    model_names = model_dim_names(graph)
-    listed = list(dict.fromkeys(n for n in order if n in types))
+    maybe = {name for name in candidates
+             if any(d.HasField("dim_param") and _maybe_minted(d.dim_param)
+                    for shape in type_shapes(types[name]) for d in shape.dim)}
+    if not maybe:
+        return types
+    listed = list(dict.fromkeys(n for n in order if n in maybe))
     seen = set(listed)
-    listed.extend(sorted(n for n in types if n not in seen))
-    rename: dict[str, str] = {}
-    taken = set(model_names)
+    listed.extend(sorted(n for n in maybe if n not in seen))
+    found: list[tuple[str, int, list[str]]] = []  # (tensor, axis, its minted-looking symbols), in rename order
     for name in listed:
         for shape in type_shapes(types[name]):
             for axis, d in enumerate(shape.dim):
                 if not d.HasField("dim_param") or not _maybe_minted(d.dim_param):
                     continue
-                for sym in sorted(text_names(d.dim_param)):  # a plain name needs no sympy (nor its import)
-                    if sym in rename or sym in model_names or not _MINTED.fullmatch(sym):
-                        continue
-                    new = unknown_dim_name(name, axis)
-                    while new in taken:
-                        new += "_"
-                    taken.add(new)
-                    rename[sym] = new
+                syms = [s for s in sorted(text_names(d.dim_param)) if _MINTED.fullmatch(s)]  # no sympy for a name
+                if syms:
+                    found.append((name, axis, syms))
+    if not found:
+        return types
+    model_names = _model_names_for_minted(graph)
+    rename: dict[str, str] = {}
+    taken = set(model_names)
+    for name, axis, syms in found:
+        for sym in syms:
+            if sym in rename or sym in model_names:
+                continue
+            new = unknown_dim_name(name, axis)
+            while new in taken:
+                new += "_"
+            taken.add(new)
+            rename[sym] = new
     if not rename:
         return types
-    out: TypeTable = {}
-    for name, t in types.items():
-        if not any(d.HasField("dim_param") and _maybe_minted(d.dim_param)
-                   for shape in type_shapes(t) for d in shape.dim):
-            out[name] = t
-            continue
+    out: TypeTable = dict(types)
+    for name in maybe:
+        t = types[name]
         fixed = onnx.TypeProto()
         fixed.CopyFrom(t)
         for shape in type_shapes(fixed):
@@ -449,6 +464,22 @@ def name_minted_dims(types: TypeTable, order: Iterable[str], graph: onnx.GraphPr
                     d.dim_param = _IDENT.sub(lambda m: rename.get(m.group(0), m.group(0)), d.dim_param)
         out[name] = fixed
     return out
+
+
+def _maybe_minted_bytes(data: bytes) -> bool:
+    return b"unk__" in data or b"_d" in data
+
+
+def _model_names_for_minted(graph: onnx.GraphProto) -> frozenset[str]:
+    """The model's own dim names as far as minted symbols and their new names can meet them: all of them
+    (:func:`model_dim_names`) when ``unk__`` or ``_d`` and a digit occurs in the graph's bytes, else none
+    is needed. A minted symbol (``unk__N``, ``_dN``) holds one of the two, every new name starts with
+    ``unk__``, and a dim_param is stored verbatim in the bytes. Serializing the graph costs a fraction of
+    walking every dim of it: FCOS legacy, 0.3 ms against 7-10 ms (its node names hold ``_dim_``, no ``_d0``)."""
+    return model_dim_names(graph) if _MINTED_BYTES.search(graph.SerializeToString()) else frozenset()
+
+
+_MINTED_BYTES = re.compile(rb"unk__|_d[0-9]")
 
 
 def _maybe_minted(text: str) -> bool:

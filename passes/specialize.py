@@ -92,6 +92,12 @@ class Specialization:
     """(If node, branch label) for each If replaced by its taken branch."""
     unrolled: tuple[str, ...] = ()
     """Loops replaced by their unrolled bodies (known trip count, condition always true)."""
+    static: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """The static shape the sweep knew for each value by the end (every graph, bodies included)."""
+    elems: Mapping[str, int] = field(default_factory=dict)
+    """The element type the sweep knew for each value by the end."""
+    limited: bool = False
+    """Whether a bound (:data:`TOTAL_ELEMENTS`, :data:`UNROLL_NODES`) kept the sweep from something."""
 
 
 def specialize(proto: onnx.ModelProto, *, input_values: Mapping[str, np.ndarray] | None = None,
@@ -134,7 +140,8 @@ def specialize_model(proto: onnx.ModelProto, *, input_values: Mapping[str, np.nd
     if fold and values:
         _fix_inputs(g, values)
     sweep.graph(g, known, shapes, body=False)
-    return Specialization(out, tuple(fixed), tuple(sweep.folded), tuple(sweep.branches), tuple(sweep.unrolled))
+    return Specialization(out, tuple(fixed), tuple(sweep.folded), tuple(sweep.branches), tuple(sweep.unrolled),
+                          sweep.static, sweep.elems, sweep.limited)
 
 
 def specialize_fully(proto: onnx.ModelProto, *, input_values: Mapping[str, np.ndarray] | None = None,
@@ -186,6 +193,10 @@ class _Sweep:
     folded: list[str] = field(default_factory=list)
     branches: list[tuple[str, str]] = field(default_factory=list)
     unrolled: list[str] = field(default_factory=list)
+    static: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Every graph's static shapes as its sweep ended (:attr:`Specialization.static`)."""
+    limited: bool = False
+    """Set when a bound refused an evaluation or an unrolling (:attr:`Specialization.limited`)."""
     evaluations: dict[tuple[object, ...], object] = field(default_factory=dict)
     """Outputs (or None: not evaluable) by (op, output count, attributes' bytes, inputs' dtype, shape and
     bytes), a Constant's by ("Constant", attributes' bytes). A static export computes the same few shapes in
@@ -263,10 +274,14 @@ class _Sweep:
             kept = self._drop_evaluated(g, kept, evaluated, known)
         del g.node[:]
         g.node.extend(kept)
+        self.static.update(shapes)
 
     def _evaluate(self, node: onnx.NodeProto, known: Mapping[str, np.ndarray],
                   shapes: Mapping[str, tuple[int, ...]]) -> list[np.ndarray] | None:
-        if node.domain not in _DEFAULT or self.budget <= 0:
+        if node.domain not in _DEFAULT:
+            return None
+        if self.budget <= 0:
+            self.limited = True
             return None
         op = node.op_type
         try:
@@ -316,7 +331,10 @@ class _Sweep:
         if len(outs) < len([o for o in node.output if o]):
             return None
         size = sum(int(o.size) for o in outs)
-        if any(o.size > MAX_ELEMENTS for o in outs) or size > self.budget:
+        if any(o.size > MAX_ELEMENTS for o in outs):
+            return None
+        if size > self.budget:
+            self.limited = True
             return None
         self.budget -= size
         return outs
@@ -527,6 +545,8 @@ class _Sweep:
         if cond and not (cond in known and known[cond].size == 1 and bool(known[cond].reshape(-1)[0])):
             return None
         size = trips * len(body.node)
+        if size > self.unroll_budget:
+            self.limited = True
         if not 0 <= trips <= UNROLL_TRIPS or size > self.unroll_budget or not _keeps_going(body, known):
             return None
         self.unroll_budget -= size

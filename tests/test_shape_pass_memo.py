@@ -194,10 +194,11 @@ def test_census_of_a_model_with_a_contrib_op_only_inside_a_branch() -> None:
         [onnx.helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
          onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
-    flat, contrib, names = shapes._census(graph)
-    assert (flat, contrib, names) == (False, True, None)  # the Gelu sits in a branch: the rounds must run
-    flat, contrib, names = shapes._census(onnx.parser.parse_model(STATIC).graph)
-    assert (flat, contrib, names) == (True, False, ["m", "y"])
+    census = shapes._census(graph)
+    assert (census.flat, census.contrib, census.names) == (False, True, None)  # the Gelu sits in a branch
+    assert census.holders == {"If"}  # the op type that holds subgraphs (the walks look into its nodes only)
+    census = shapes._census(onnx.parser.parse_model(STATIC).graph)
+    assert (census.flat, census.contrib, census.names, census.holders) == (True, False, ["m", "y"], None)
 
 
 def test_census_leaves_out_omitted_outputs() -> None:
@@ -205,4 +206,5 @@ def test_census_leaves_out_omitted_outputs() -> None:
         [onnx.helper.make_node("Dropout", ["x"], ["d", ""]), onnx.helper.make_node("Relu", ["d"], ["y"])], "g",
         [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
-    assert shapes._census(graph) == (True, False, ["d", "y"])  # Dropout's mask is not asked for: no name
+    census = shapes._census(graph)
+    assert (census.flat, census.contrib, census.names) == (True, False, ["d", "y"])  # Dropout's mask: no name
