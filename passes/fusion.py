@@ -189,34 +189,48 @@ def fuse(graph: Graph, costs: CostResult, policy: Policy | str | None = None) ->
 
 def _fuse(graph: Graph, costs: CostResult, pol: Policy) -> FusionResult:
     nodes = list(graph.nodes())
-    producers = {t: n.name for n in nodes for t in n.outputs if t}
+    producers = {t: i for i, n in enumerate(nodes) for t in n.outputs if t}  # tensor → its writer's index
     order = _order(graph, nodes, producers)
+    in_order = len(order) == len(nodes) and all(a == b.name for a, b in zip(order, nodes, strict=True))
+    at = nodes
+    if not in_order:  # the grouping's positions are in ``order``
+        at_pos = {n: i for i, n in enumerate(order)}
+        producers = {t: at_pos[nodes[i].name] for t, i in producers.items()}
+        at = [graph.node(n) for n in order]
     infos = classify_all(graph, nodes)
     reads = data_reads_all(graph, nodes, infos)
-    fuser = Fuser(graph, infos, reads, pol, order, producers)
+    if in_order and len(infos) == len(reads) == len(order):  # both list the nodes in graph order: no look-ups
+        info_at, reads_at = list(infos.values()), list(reads.values())
+    else:
+        info_at, reads_at = [infos[n] for n in order], [reads[n] for n in order]
+    fuser = Fuser(graph, infos, reads_at, pol, order, producers, at, info_at)
     fuser.run()
-    pos = fuser.pos
-    home: dict[str, str] = fuser.grp
-    for n in reversed(order):  # free ops (Constant, Shape) join their first consumer's group
-        if infos[n].role is _FREE:
-            readers = sorted({c.name for t in graph.node(n).outputs if t for c in graph.consumers(t)},
-                             key=pos.__getitem__)
-            home[n] = next((home[r] for r in readers if r in home), n)
-    by_root: dict[str, list[str]] = {}  # in order of each group's first node, as the groups are listed
-    for node in nodes:
-        got = by_root.get(home[node.name])
-        if got is None:
-            by_root[home[node.name]] = [node.name]
+    pos, grp = fuser.pos, fuser.grp
+    for i in range(len(order) - 1, -1, -1):  # free ops (Constant, Shape) join their first consumer's group
+        if grp[i] < 0:
+            readers = sorted({pos[c.name] for t in at[i].outputs if t for c in graph.consumers(t)})
+            grp[i] = next((grp[r] for r in readers if grp[r] >= 0), i)
+    # the groups in order of each one's first node in graph order, as they are listed; members in graph order
+    lists: list[list[int]] = []
+    slot = [-1] * len(order)  # label → its group's index in ``lists``
+    group_at = [-1] * len(order)  # position → its group's index
+    for i in (range(len(order)) if in_order else [pos[n.name] for n in nodes]):
+        label = grp[i]
+        k = slot[label]
+        if k < 0:
+            k = slot[label] = len(lists)
+            lists.append([i])
         else:
-            got.append(node.name)
+            lists[k].append(i)
+        group_at[i] = k
     node_costs = {c.name: c for c in costs.nodes}
-    storage = Storage(graph, infos, reads, order, pos)
-    in_order = order == [n.name for n in nodes]
-    groups = group_rows(by_root.values(), graph, infos, node_costs, storage, FusionGroup, in_order)
-    index: dict[str, int] = {}
-    for i, members in enumerate(by_root.values()):
-        for m in members:
-            index[m] = i
+    storage = Storage(graph, infos, reads, order, pos, (at, info_at, reads_at))
+    cost_at: list[NodeCost | None] = [c for c in costs.nodes if c.depth == 0]  # listed in graph order
+    if not (in_order and len(cost_at) == len(order)
+            and all(c is not None and c.name == n for c, n in zip(cost_at, order, strict=True))):
+        cost_at = [node_costs.get(n) for n in order]
+    groups = group_rows(lists, order, info_at, cost_at, at, reads_at, storage, FusionGroup, in_order)
+    index: dict[str, int] = dict(zip(order, group_at, strict=True))
     for c in costs.nodes:  # body nodes: their top-level ancestor's group
         if c.depth > 0:
             top = c.parent
@@ -224,27 +238,26 @@ def _fuse(graph: Graph, costs: CostResult, pol: Policy) -> FusionResult:
                 top = node_costs[top].parent if top in node_costs else None
             if top is not None:
                 index[c.name] = index[top]
-    rows = [b for b in fuser.boundaries if index[b[0]] != index[b[1]]]
-    rows.sort(key=lambda b: (pos[b[0]], pos[b[1]]))
-    boundaries = tuple(Boundary(*b) for b in rows)
+    size = len(order)
+    rows = [b for b in fuser.boundaries if group_at[b[0]] != group_at[b[1]]]
+    rows.sort(key=lambda b: b[0] * size + b[1])  # by (producer, consumer) position, stable
+    boundaries = tuple(Boundary(order[p], order[c], t, reason, code) for p, c, t, reason, code in rows)
     return FusionResult(pol.name, tuple(groups), boundaries, graph, MappingProxyType(node_costs),
                         MappingProxyType(infos), MappingProxyType(index), storage)
 
 
-def _order(graph: Graph, nodes: list[Node], producers: Mapping[str, str] | None = None) -> list[str]:
+def _order(graph: Graph, nodes: list[Node], producers: Mapping[str, int] | None = None) -> list[str]:
     """File order when it is topological (ONNX requires it; it keeps the exporter's main path first), else a sort.
 
-    ``producers``: tensor → the node writing it, when the caller has it."""
+    ``producers``: tensor → the index in ``nodes`` of the node writing it, when the caller has it."""
     if producers is None:
-        producers = {t: n.name for n in nodes for t in n.outputs if t}
-    done: set[str] = set()
-    for n in nodes:
+        producers = {t: i for i, n in enumerate(nodes) for t in n.outputs if t}
+    for i, n in enumerate(nodes):
         for t in n.inputs:
             if t:
                 p = producers.get(t)
-                if p is not None and p not in done:
+                if p is not None and p >= i:  # read before (or by the node that) it is written
                     return graph.topological_order()
-        done.add(n.name)
     return [n.name for n in nodes]
 
 
