@@ -1,7 +1,7 @@
-"""Compact JSON writes each node row from one format string with memoized value texts (``report/_json.py Texts``)
-and section items through a C encoder made once (``reused``): every row must be the bytes
-``json.dumps(row.to_dict(), separators=(",", ":"))`` writes, whatever came before it, and every item the bytes a
-fresh encoder writes."""
+"""Node rows are written by ``report/_json.py Rows``: a batch of rows a key at a time (memoized value texts, or one
+C encoder call), then one format string per row. Every row must be the bytes ``json.dumps(row.to_dict(), ...)``
+writes, compact or indented at its depth, whatever came before it; and every section item the bytes a fresh
+encoder writes."""
 
 from __future__ import annotations
 
@@ -36,9 +36,15 @@ ROWS = (
 
 
 def test_every_row_is_the_text_json_dumps_writes_even_after_equal_values_of_another_type() -> None:
-    texts = report_json.Texts()  # one for all rows, as json_chunks uses it
-    for row in (*ROWS, *ROWS):  # twice: the second time every value text comes from the memo
-        assert row._json(texts) == json.dumps(row.to_dict(), separators=(",", ":"))
+    for unit in (None, "  "):
+        rows = report_json.Rows(unit)  # one for all rows, as json_chunks uses it
+        for batch in (ROWS, ROWS, ROWS[:2], ROWS[2:]):  # again: the second time every text comes from the memo
+            if unit is None:
+                expected = [json.dumps(row.to_dict(), separators=(",", ":")) for row in batch]
+                assert "".join(rows.chunks(batch)) == ",".join(expected)
+            else:  # a row sits at depth 2: the report's "nodes" items
+                expected = [json.dumps(row.to_dict(), indent=2).replace("\n", "\n    ") for row in batch]
+                assert "".join(rows.chunks(batch)) == ",\n    ".join(expected)
 
 
 def test_a_section_item_is_the_text_of_a_fresh_strict_encoder_and_non_finite_numbers_are_null() -> None:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import IO, TYPE_CHECKING, Any
 
 from graphcost.hardware.spec import HardwareSpec
-from graphcost.report._json import COMPACT, Texts, dumps, stream
+from graphcost.report._json import COMPACT, Indented, Rows, dumps, stream
 from graphcost.report.units import bytes_, si
 
 if TYPE_CHECKING:  # the section types, for readers and mypy: their modules import this one, so never at run time
@@ -85,22 +84,6 @@ class NodeReport:
         return {**self._head(), "inputs": [t.to_dict() for t in self.inputs],
                 "outputs": [t.to_dict() for t in self.outputs], **self._tail()}
 
-    def _json(self, texts: Texts) -> str:
-        """``json.dumps(self.to_dict(), separators=(",", ":"))``, written from one format string with each value's
-        text from ``texts`` (memoized: op types, dtypes, times and tensors repeat from row to row)."""
-        s, x, time = texts.string, texts.number, texts.time
-        ins = ",".join(map(texts.tensor, self.inputs))
-        outs = ",".join(map(texts.tensor, self.outputs))
-        multiplier = self.multiplier
-        return _ROW % (
-            encode_basestring_ascii(self.name), s(self.op_type), s(self.domain), s(self.kind), s(self.dtype),
-            x(self.flops), x(self.macs), x(self.bytes_read), x(self.bytes_written), x(self.dram_bytes),
-            time(self.intensity), time(self.compute_time_s), time(self.memory_time_s), time(self.roofline_time_s),
-            s(self.bound), s(self.fusion_group), x(self.depth), s(self.parent),
-            s(multiplier) if isinstance(multiplier, str) else x(multiplier), s(self.note or None),
-            s(self.unknown_reason), ins, outs,
-            "" if self.bytes_as_written is None else f',"bytes_as_written":{x(self.bytes_as_written)}')
-
     def _tail(self) -> dict[str, Any]:
         """:meth:`to_dict`'s keys after ``outputs``, in order."""
         return {"bytes_as_written": self.bytes_as_written} if self.bytes_as_written is not None else {}
@@ -116,13 +99,6 @@ class NodeReport:
             "depth": self.depth, "parent": self.parent, "multiplier": self.multiplier, "note": self.note or None,
             "unknown_reason": self.unknown_reason,
         }
-
-
-_ROW = ('{"name":%s,"op_type":%s,"domain":%s,"kind":%s,"dtype":%s,"flops":%s,"macs":%s,"bytes_read":%s,'
-        '"bytes_written":%s,"dram_bytes":%s,"intensity":%s,"compute_time_s":%s,"memory_time_s":%s,'
-        '"roofline_time_s":%s,"bound":%s,"fusion_group":%s,"depth":%s,"parent":%s,"multiplier":%s,"note":%s,'
-        '"unknown_reason":%s,"inputs":[%s],"outputs":[%s]%s}')
-"""One node row: :meth:`NodeReport.to_dict`'s keys in order (``bytes_as_written`` only when set)."""
 
 
 @dataclass(frozen=True)
@@ -358,28 +334,42 @@ class Report:
             fp.write(chunk)
 
     def json_chunks(self, indent: int | None = None) -> Iterator[str]:
-        """The text of :meth:`to_json`, in pieces: the sections, then one piece per node row.
+        """The text of :meth:`to_json`, in pieces: the sections, then the node rows a batch at a time.
 
-        Compact output (past ``COMPACT_JSON_NODES`` nodes) encodes each node row by itself with each distinct
-        tensor's ``{"name", "shape", "dtype"}`` encoded once, instead of building ``to_dict()`` whole: the
-        same bytes, without the dict of every row and every tensor of every row alive at once (synthetic-100k:
-        4.57 s → 2.56 s CPU, +147 → +111 MiB while writing; peak RSS of ``analyze`` 1,183 → 1,035 MiB).
+        The bytes are those of ``json.dumps(report.to_dict(), indent=indent)`` (inf and nan outside ``nodes`` as
+        null), written without it: node rows by :class:`~graphcost.report._json.Rows`, sections by
+        :class:`~graphcost.report._json.Indented` or, compact, the C encoder a section or a batch of its items
+        at a time, so the dict of every row and every tensor of every row is never alive at once
+        (synthetic-100k: peak RSS of ``analyze`` 1,183 → 1,035 MiB when rows stopped being dicts).
         """
         if indent is None and len(self.nodes) <= COMPACT_JSON_NODES:
             indent = 2
         if indent:
-            yield dumps(self.to_dict(), indent)
+            yield from self._indented(" " * indent)
             return
         head, tail = self._sections()
         yield dumps(head, None)[:-1] + ',"nodes":['
-        texts = Texts()
-        for i, n in enumerate(self.nodes):
-            yield ("," if i else "") + n._json(texts)
+        yield from Rows(None).chunks(self.nodes)
         yield "],"
         for i, (key, value) in enumerate(tail.items()):
             yield f'{"," if i else ""}{COMPACT.encode(key)}:'
             yield from stream(value)
         yield "}"
+
+    def _indented(self, unit: str) -> Iterator[str]:
+        """:meth:`json_chunks` indented by ``unit``."""
+        sections = Indented(unit)
+        for i, (key, value) in enumerate(self.to_dict(nodes=False).items()):
+            yield ("{" if not i else ",") + sections.nl(1) + sections.key(key)
+            if key != "nodes":
+                yield sections.text(value, 1)
+            elif not self.nodes:
+                yield "[]"
+            else:
+                yield "[" + sections.nl(2)
+                yield from Rows(unit).chunks(self.nodes)
+                yield sections.nl(1) + "]"
+        yield "\n}"
 
     def _sections(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """:meth:`to_dict` without ``nodes``: the keys before it and the keys after it, in order."""
