@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import onnx
@@ -117,6 +119,9 @@ def _stored(g: Graph, tensors: Mapping[str, Tensor], name: str) -> bool:
 
 _VIEWS = frozenset({"Expand", "Unsqueeze", "Reshape", "Squeeze", "Cast", "Tile", "Identity", "Transpose"})
 _MAX_VIEW_CHAIN = 8
+_ROLE_OPS = frozenset({"ConstantOfShape", "Identity", *(op for _, op in _BUFFER_SLOTS),
+                       *(op for _, op in _TABLE_PRODUCTS)})
+"""Op types whose nodes can give a tensor a role (a copy, a buffer, a table); any other node only reads."""
 
 
 @dataclass(frozen=True)
@@ -166,37 +171,66 @@ def _count(t: Tensor) -> tuple[int, int] | None:
     return n, b
 
 
-def _digests(proto: onnx.ModelProto) -> dict[str, str]:
-    """A digest of each stored tensor's dtype, shape and bytes (initializers and Constant values), by name."""
-    out: dict[str, str] = {}
+class _Digests:
+    """A digest of each stored tensor's dtype, shape and bytes (initializers and Constant values), by name:
+    equal digests, equal tensors. ``None`` for a tensor whose bytes are not loaded (external), which is
+    therefore never called a duplicate.
 
-    def digest(t: onnx.TensorProto) -> str:
-        h = hashlib.sha256(f"{t.data_type}:{list(t.dims)}:".encode())
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            return ""  # not loaded: its bytes are unknown here, so it is never called a duplicate
-        if t.raw_data:
-            h.update(t.raw_data)
-        else:
-            copy = onnx.TensorProto()
-            copy.CopyFrom(t)
-            copy.name = ""
-            h.update(copy.SerializeToString())
-        return h.hexdigest()
+    Only the nodes that can hold a stored tensor are read from the proto: Constants and holders of subgraphs,
+    found from ``graph``'s node records when its node list is the proto's (the shapes pass keeps the nodes;
+    reading every node's attributes from the proto was a third of the split on synthetic-100k). A digest is
+    taken when first asked for (the split asks only about parameters of more than one element)."""
 
-    def walk(g: onnx.GraphProto) -> None:
+    def __init__(self, proto: onnx.ModelProto, graph: Graph) -> None:
+        self._tensors: dict[str, onnx.TensorProto] = {}
+        self._done: dict[str, tuple[int, tuple[int, ...], bytes] | None] = {}
+        nodes = proto.graph.node
+        if len(nodes) != len(graph):  # not the graph of this proto: read every node
+            self._walk(proto.graph)
+            return
+        chosen = [(node.index, node.op_type) for node in graph.nodes()
+                  if node.op_type == "Constant" or graph.children(node.name)]
+        if any(nodes[i].op_type != op for i, op in chosen):
+            self._walk(proto.graph)
+            return
+        for t in proto.graph.initializer:
+            self._tensors[t.name] = t
+        for i, _ in chosen:
+            self._node(nodes[i])
+
+    def _walk(self, g: onnx.GraphProto) -> None:
         for t in g.initializer:
-            out[t.name] = digest(t)
+            self._tensors[t.name] = t
         for node in g.node:
-            for a in node.attribute:
-                if node.op_type == "Constant" and a.name == "value" and node.output:
-                    out[node.output[0]] = digest(a.t)
-                if a.type == onnx.AttributeProto.GRAPH:
-                    walk(a.g)
-                for sub in a.graphs:
-                    walk(sub)
+            if node.attribute:
+                self._node(node)
 
-    walk(proto.graph)
-    return out
+    def _node(self, node: onnx.NodeProto) -> None:
+        constant = node.op_type == "Constant" and node.output
+        for a in node.attribute:
+            if constant and a.name == "value":
+                self._tensors[node.output[0]] = a.t
+            if a.type == onnx.AttributeProto.GRAPH:
+                self._walk(a.g)
+            for sub in a.graphs:
+                self._walk(sub)
+
+    def get(self, name: str) -> tuple[int, tuple[int, ...], bytes] | None:
+        if name in self._done:
+            return self._done[name]
+        t = self._tensors.get(name)
+        out = None if t is None or t.data_location == onnx.TensorProto.EXTERNAL else \
+            (t.data_type, tuple(t.dims), hashlib.sha256(t.raw_data or _without_name(t)).digest())
+        self._done[name] = out
+        return out
+
+
+def _without_name(t: onnx.TensorProto) -> bytes:
+    """The tensor's wire bytes with its name cleared: its payload when it is not held as ``raw_data``."""
+    copy = onnx.TensorProto()
+    copy.CopyFrom(t)
+    copy.name = ""
+    return copy.SerializeToString()
 
 
 def _copies(graph: Graph) -> dict[str, str]:
@@ -219,18 +253,19 @@ def split_parameters(graph: Graph, proto: onnx.ModelProto, logical_count: int) -
     ``logical_parameter_count`` (computed by the API, where the block-quantized rules live)."""
     copies = _copies(graph)
     buffer_reason: dict[str, str] = dict.fromkeys(_exporter_zero_biases(graph), "exporter_zero_bias")
-    direct: dict[str, int] = {}  # readers of a tensor other than its Identity copies
+    reads: list[tuple[str, ...]] = []  # the inputs of each node other than an Identity copy
     for g in graph.walk():
         tensors = g.tensors()
         for node in g.nodes():
+            if node.op_type not in _ROLE_OPS:  # most nodes give no role: only their reads are counted
+                reads.append(node.inputs)
+                continue
             op = (node.domain, node.op_type)
             if op == ("ai.onnx", "ConstantOfShape") and node.outputs \
                     and node.outputs[0] in tensors and tensors[node.outputs[0]].kind == TensorKind.PARAMETER:
                 buffer_reason.setdefault(node.outputs[0], "generated_constant")  # one repeated value: nothing to learn
             if not (node.op_type == "Identity" and node.outputs and node.outputs[0] in copies):
-                for name in set(node.inputs):
-                    if name:
-                        direct[name] = direct.get(name, 0) + 1
+                reads.append(node.inputs)
             slots = _BUFFER_SLOTS.get(op, ())
             if op in _TABLE_PRODUCTS and len(node.inputs) > 1 \
                     and _stored(g, tensors, node.inputs[0]) and _stored(g, tensors, node.inputs[1]):
@@ -247,11 +282,15 @@ def split_parameters(graph: Graph, proto: onnx.ModelProto, logical_count: int) -
                         if name in copies or producer is None or producer.op_type not in _VIEWS or not producer.inputs:
                             break  # a deduplicated copy has its own role; the stored tensor keeps its direct one
                         name = producer.inputs[0]
+    # readers of a tensor other than its Identity copies, each node once (counted in C rather than by a dict
+    # update per input)
+    direct = Counter(chain.from_iterable(map(set, reads)))
+    direct.pop("", None)  # an omitted optional input
     copies_of: dict[str, list[str]] = {}
     for copy_name, source in copies.items():
         copies_of.setdefault(source, []).append(copy_name)
-    digests = _digests(proto)
-    seen_digest: set[str] = set()
+    digests = _Digests(proto, graph)
+    seen_digest: set[tuple[int, tuple[int, ...], bytes]] = set()
     stored = [0, 0]
     learnable = [0, 0]
     buffers = [0, 0]
@@ -298,8 +337,8 @@ def split_parameters(graph: Graph, proto: onnx.ModelProto, logical_count: int) -
                     buffers[0] += n
                     buffers[1] += b
                     by_kind[reason] = by_kind.get(reason, 0) + n
-            d = digests.get(t.name, "")
-            if d and n > 1:
+            d = digests.get(t.name) if n > 1 else None
+            if d is not None:
                 if d in seen_digest:
                     dup[0] += n
                     dup[1] += b

@@ -31,7 +31,6 @@ import enum
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import onnx
 
@@ -127,24 +126,25 @@ def _graph_findings(graph: onnx.GraphProto, prefix: str, outer: frozenset[str], 
     input_names = {vi.name for vi in graph.input}
     provided = input_names | {t.name for t in graph.initializer} | {sp.values.name for sp in graph.sparse_initializer}
     names: list[str] = []
-    ops: list[str] = []
-    reads: list[Any] = []
     producer: dict[str, int] = {}  # tensor → index of the first node writing it
     used: set[str] = set()  # the names Graph gives (graph.unique_node_name)
     holders: list[tuple[int, onnx.NodeProto]] = []
     read: set[str] = set()  # every tensor a node so far reads
     out_of_order = False  # some node reads a tensor that it or a later node writes
     for index, proto in enumerate(graph.node):
-        op, raw = proto.op_type, proto.name
-        name = prefix + unique_node_name(proto, index, used)
+        raw = proto.name
+        base = raw or f"{proto.op_type}_{index}"
+        if base in used:  # a repeat: Graph's own rule names it
+            name = prefix + unique_node_name(proto, index, used)
+            if raw:  # a nameless node's made-up name met a real one: nothing the user wrote is renamed
+                findings.append(Finding(Severity.WARN, name, proto.op_type,
+                                        f"an earlier node is also named {raw!r}; this one is reported as {name!r}"))
+        else:  # the common case, without a second read of the name field (with the per-node read list and op
+            # list gone, synthetic-100k's pass 0.96 → 0.75 s, in-process A/B on a loaded machine)
+            used.add(base)
+            name = prefix + base
         names.append(name)
-        ops.append(op)
-        ins = proto.input
-        reads.append(ins)
-        read.update(ins)
-        if raw and name != prefix + raw:
-            findings.append(Finding(Severity.WARN, name, op,
-                                    f"an earlier node is also named {raw!r}; this one is reported as {name!r}"))
+        read.update(proto.input)
         outs = proto.output
         mine: set[str] | None = set() if len(outs) > 1 else None
         for t in outs:
@@ -152,29 +152,32 @@ def _graph_findings(graph: onnx.GraphProto, prefix: str, outer: frozenset[str], 
                 continue
             if mine is not None:
                 if t in mine:
-                    findings.append(_twice(name, op, t, "it writes twice"))
+                    findings.append(_twice(name, proto.op_type, t, "it writes twice"))
                     continue
                 mine.add(t)
             first = producer.setdefault(t, index)
             if first != index:
-                findings.append(_twice(name, op, t, f"node {names[first]!r} also writes"))
+                findings.append(_twice(name, proto.op_type, t, f"node {names[first]!r} also writes"))
                 continue
             if t in read:
                 out_of_order = True
             if t in provided:
-                findings.append(_twice(name, op, t, "a graph input" if t in input_names else "an initializer",
-                                       also=True))
-        for attr in proto.attribute:
-            if attr.type in _SUBGRAPH_TYPES:
-                holders.append((index, proto))
-                break
+                findings.append(_twice(name, proto.op_type, t, "a graph input" if t in input_names
+                                       else "an initializer", also=True))
+        attributes = proto.attribute
+        if attributes:
+            for attr in attributes:
+                if attr.type in _SUBGRAPH_TYPES:
+                    holders.append((index, proto))
+                    break
     if out_of_order:  # file order is not topological (seen as each tensor's first writer is met, from a read
         # set filled in C: no second pass over every read; synthetic-100k's pass 2–10 % faster, in-process A/B)
-        preds = {names[i]: [names[producer[t]] for t in ins if t in producer] for i, ins in enumerate(reads)}
+        preds = {names[i]: [names[producer[t]] for t in proto.input if t in producer]
+                 for i, proto in enumerate(graph.node)}
         cycle = find_cycle(names, preds)
         if cycle is not None:
             first = names.index(cycle[0])
-            findings.append(Finding(Severity.REFUSE, cycle[0], ops[first], cycle_text(cycle)))
+            findings.append(Finding(Severity.REFUSE, cycle[0], graph.node[first].op_type, cycle_text(cycle)))
     scope = outer | provided | producer.keys()
     for vi in graph.output:
         if vi.name and vi.name not in scope:
