@@ -1,5 +1,5 @@
-"""``python -m graphcost``: the ``graphcost`` command (``graphcost.cli.main``)."""
+"""``python -m graphcost``: the ``graphcost`` command (``graphcost.cli.entry``)."""
 
-from graphcost.cli import main
+from graphcost.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -23,6 +23,7 @@ pins what each kind of command imports.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -94,6 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
+def entry() -> None:
+    """The process entry point (the ``graphcost`` script, ``python -m graphcost``): :func:`main`, then exit.
+
+    The collector stays off to the end and every object the run made is frozen first (``gc.freeze``): the
+    interpreter's finalization runs one full collection even with the collector off, and re-enabling it makes
+    the next allocation collect every object made since it was paused. Either walk visits the whole heap just
+    before the process frees it: measured 0.10-0.15 s of YOLOv8n's 0.8 s cold ``analyze``, same-minute A/B.
+    A caller inside a longer-lived process uses :func:`main`, which restores the collector instead."""
+    gc.disable()
+    code = _main(None)
+    gc.freeze()
+    raise SystemExit(code)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command_in(argv))
@@ -131,8 +146,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_OK", "CliError", "ModelFlags", "analysis_error", "build_parser",
-           "hardware_flags", "main", "model_flags", "parse_dims", "parse_model_flags", "resolve_hardware",
+           "entry", "hardware_flags", "main", "model_flags", "parse_dims", "parse_model_flags", "resolve_hardware",
            "write_output"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
