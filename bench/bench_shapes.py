@@ -5,8 +5,10 @@
     python bench/bench_shapes.py --keep /tmp/real      # build the exports there once, reuse them next time
 
 Models: the real exports of ``tests/real_exports.py`` (torchvision static exports, YOLOv8n with dynamic
-batch/height/width, the If-on-sample-rate model; built in child processes, random weights) and
-``bench/make_models.py``'s ``synthetic-10k`` / ``synthetic-100k`` graphs (built into bench/data when missing).
+batch/height/width, the If-on-sample-rate model; built in child processes, random weights), the paddle2onnx
+PP-OCR detector, recognizers and direction classifier of ``tests/paddle_exports.py`` (dynamic H/W; they need
+the side venv of ``.ci/paddle.sh``, else their rows say why they are missing) and ``bench/make_models.py``'s
+``synthetic-10k`` / ``synthetic-100k`` graphs (built into bench/data when missing).
 
 Each measurement is one fresh process, stdout discarded, the model's file read once beforehand to warm the page
 cache. A round runs graphcost then onnxslim on the same file, so a burst of other load hits both alike; the figure
@@ -29,7 +31,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(HERE))
 
-import real_exports as rx  # noqa: E402  (tests/ is not a package)
+import paddle_exports as px  # noqa: E402  (tests/ is not a package)
+import real_exports as rx  # noqa: E402
 from _bytecode import compile_bytecode  # noqa: E402
 
 TIMEOUT_S = 600.0  # per measurement; a run past it is reported as "timeout"
@@ -60,6 +63,7 @@ def build_models(folder: Path, only: set[str]) -> list[tuple[str, Path, str]]:
                 rows.append((label, path, f"build failed: {e}"))
                 continue
         rows.append((label, path, note))
+    rows += _paddle_models(folder / "paddle", only)
     from make_models import make_synthetic, model_path  # bench/make_models.py
 
     for name in SYNTHETIC:
@@ -70,6 +74,23 @@ def build_models(folder: Path, only: set[str]) -> list[tuple[str, Path, str]]:
             make_synthetic(name)
         rows.append((name, path, "synthetic"))
     return rows
+
+
+def _paddle_models(folder: Path, only: set[str]) -> list[tuple[str, Path, str]]:
+    """The paddle2onnx exports (one child process builds all of them), or one row saying why they are missing."""
+    labels = {f"ppocr-{m}": folder / f"{m}.onnx" for m in px.MODELS}
+    wanted = {k: v for k, v in labels.items() if not only or k in only}
+    if not wanted:
+        return []
+    if not all(p.is_file() for p in wanted.values()):
+        missing = px.paddle_missing()
+        if missing is not None:
+            return [("ppocr-*", folder, f"build failed: {missing}")]
+        try:
+            px.build_all(folder)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            return [("ppocr-*", folder, f"build failed: {e}")]
+    return [(k, v, "paddle2onnx") for k, v in wanted.items()]
 
 
 def _graphcost(path: Path) -> list[str]:
