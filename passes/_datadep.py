@@ -126,11 +126,15 @@ def _decide(candidates: Candidates, inits: set[str], sources: set[str],
     tainted: set[str] = set(guarded)
     if nodes is None:
         nodes = all_nodes()
+    # a node holding subgraphs (If, Loop, Scan) is downstream of whatever its bodies read or compute: an If whose
+    # branch reshapes by a value-dependent count returns that count's shape, though its own input is a condition
+    inner = {id(n): _inner_names(n) for n in nodes if any(a.type in _GRAPH_ATTRS for a in n.attribute)}
     changed = True
     while changed:  # bodies may come after their consumers in the walk: iterate to a fixed point
         changed = False
         for node in nodes:
-            if any(i in tainted for i in node.input if i):
+            body = inner.get(id(node), ()) if inner else ()
+            if any(i in tainted for i in node.input if i) or any(n in tainted for n in body):
                 for o in node.output:
                     if o and o not in tainted:
                         tainted.add(o)
@@ -198,6 +202,25 @@ def without_tainted(model: onnx.ModelProto, dep: DataDependence) -> onnx.ModelPr
     infos = [vi for vi in g.value_info if vi.name not in gone]
     del g.value_info[:]
     g.value_info.extend(infos)
+    return out
+
+
+_GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+def _inner_names(node: onnx.NodeProto) -> set[str]:
+    """Every name the subgraphs of ``node`` read or compute (nested bodies included)."""
+    out: set[str] = set()
+    graphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    graphs += [sub for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs]
+    while graphs:
+        g = graphs.pop()
+        out.update(o.name for o in g.output)
+        for n in g.node:
+            out.update(i for i in n.input if i)
+            out.update(o for o in n.output if o)
+            graphs.extend(a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH)
+            graphs.extend(sub for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs)
     return out
 
 

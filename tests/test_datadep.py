@@ -69,3 +69,26 @@ def test_without_tainted_is_a_copy_when_nothing_depends_on_values() -> None:
     dep = _datadep.analyze(model)
     assert dep.tainted == frozenset()
     assert _datadep.without_tainted(model, dep) == model
+
+
+def test_an_if_whose_branch_reshapes_by_a_value_dependent_count_is_tainted() -> None:
+    # the If's only input is a condition, but its then-branch returns a NonZero count's rows: its output and what
+    # reads it are value-dependent too (their shapes come from onnx's inference, never from an engine's guess)
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[100] score, bool c) => (float[?] out2) {
+      thr = Constant<value = float {0.5}>()
+      keep = Greater(score, thr)
+      idx = NonZero(keep)
+      out = If(c) <
+        then_branch = t () => (float[?] a) {
+          f = Cast<to = 1>(idx)  flat = Constant<value = int64[1] {-1}>()  a = Reshape(f, flat)
+        },
+        else_branch = e () => (float[?] b) { b = Identity(score) }
+      >
+      out2 = Relu(out)
+    }
+    """)
+    dep = _datadep.analyze(model)
+    assert {"out", "out2"} <= dep.tainted
+    assert "keep" not in dep.tainted
