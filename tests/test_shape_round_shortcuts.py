@@ -194,10 +194,10 @@ def test_data_dependence_reads_only_the_holders_attributes_and_finds_the_same() 
     }""")
     full = _datadep.analyze(model)
     narrowed = _datadep.analyze(model, holders=frozenset({"If"}))
-    # NonZero's count is a run-time value: nz is guarded, f and a after it in the branch are tainted (the If's
-    # own output is not: the walk follows node inputs, and the If reads only c)
+    # NonZero's count is a run-time value: nz is guarded, f and a after it in the branch are tainted, and so is
+    # the If's own output y, which returns a (the If reads only c, but its branch computes from nz)
     assert full == narrowed
-    assert full.guarded == {"nz": "NonZero"} and full.tainted == {"nz", "f", "a"}
+    assert full.guarded == {"nz": "NonZero"} and full.tainted == {"nz", "f", "a", "y"}
 
 
 def test_data_dependence_from_the_census_slots_finds_what_its_own_walk_finds() -> None:
