@@ -146,15 +146,22 @@ def restore_dim_names(model: onnx.ModelProto, renamed: Mapping[str, str]) -> Non
 
 
 # ---------------------------------------------------------------------------- the hand-off
-def _external_constants_to_initializers(model: onnx.ModelProto) -> None:
-    """Constant nodes whose payload the scanner skipped become initializers of their graph (in place)."""
+def _constants_to_initializers(model: onnx.ModelProto) -> None:
+    """Constant nodes holding a tensor become initializers of their graph (in place).
+
+    Two reasons. A payload the scanner skipped (an external reference) must reach :func:`_detach_payloads`,
+    which sees initializers only. And the engine types a Constant node through onnx_ir's ``as_tensor``, whose
+    ``isinstance`` against a runtime-checkable Protocol costs tens of microseconds a call, where an
+    initializer's value is simply there: a 32-layer LLaMA legacy export (2,949 Constants of 8,172 nodes)
+    analyzes in 1.21 s CPU against 1.45 s (in-process A/B, best of 3), with the same JSON. onnx's own inference
+    types every Constant output, so the engine not typing them loses nothing."""
     for g in graph_protos(model.graph):
         nodes = list(g.node)
-        if not any(_external_constant(n) is not None for n in nodes):
+        if not any(_constant_tensor(n) is not None for n in nodes):
             continue
         del g.node[:]
         for n in nodes:
-            t = _external_constant(n)
+            t = _constant_tensor(n)
             if t is None:
                 g.node.append(n)
                 continue
@@ -163,12 +170,11 @@ def _external_constants_to_initializers(model: onnx.ModelProto) -> None:
             init.name = n.output[0]
 
 
-def _external_constant(n: onnx.NodeProto) -> onnx.TensorProto | None:
+def _constant_tensor(n: onnx.NodeProto) -> onnx.TensorProto | None:
     if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or len(n.output) != 1 or not n.output[0]:
         return None
     for a in n.attribute:
-        if a.name == "value" and a.type == onnx.AttributeProto.TENSOR \
-                and a.t.data_location == onnx.TensorProto.EXTERNAL:
+        if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
             return a.t
     return None
 
@@ -234,7 +240,7 @@ def symbolic_infer(model: onnx.ModelProto, base_dir: str | None, *, constraints:
     copy.CopyFrom(model)
     renamed = plain_dim_names(copy)
     name_anonymous_input_dims(copy.graph)
-    _external_constants_to_initializers(copy)
+    _constants_to_initializers(copy)
     note: str | None = None
     try:
         ir_model = ir.serde.deserialize_model(copy)
