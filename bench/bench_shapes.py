@@ -7,7 +7,9 @@
 Models: the real exports of ``tests/real_exports.py`` (torchvision static exports, YOLOv8n with dynamic
 batch/height/width, the If-on-sample-rate model; built in child processes, random weights), the paddle2onnx
 PP-OCR detector, recognizers and direction classifier of ``tests/paddle_exports.py`` (dynamic H/W; they need
-the side venv of ``.ci/paddle.sh``, else their rows say why they are missing) and ``bench/make_models.py``'s
+the side venv of ``.ci/paddle.sh``, else their rows say why they are missing), deep HF transformers (LLaMA,
+T5, BERT from ``tests/third_party_models.py`` at 24-32 layers, dynamic batch/seq: the test set's 2-layer
+models scaled to a real depth) and ``bench/make_models.py``'s
 ``synthetic-10k`` / ``synthetic-100k`` graphs (built into bench/data when missing).
 
 Each measurement is one fresh process, stdout discarded, the model's file read once beforehand to warm the page
@@ -64,6 +66,7 @@ def build_models(folder: Path, only: set[str]) -> list[tuple[str, Path, str]]:
                 continue
         rows.append((label, path, note))
     rows += _paddle_models(folder / "paddle", only)
+    rows += _deep_models(folder, only)
     from make_models import make_synthetic, model_path  # bench/make_models.py
 
     for name in SYNTHETIC:
@@ -91,6 +94,36 @@ def _paddle_models(folder: Path, only: set[str]) -> list[tuple[str, Path, str]]:
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             return [("ppocr-*", folder, f"build failed: {e}")]
     return [(k, v, "paddle2onnx") for k, v in wanted.items()]
+
+
+DEEP = (("llama", 32, "legacy"), ("llama", 32, "dynamo"), ("t5", 24, "legacy"), ("bert", 24, "legacy"))
+"""(HF case of tests/third_party_models.py, layers, exporter): hidden size 64, so an export takes seconds."""
+_DEEP_CHILD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import third_party_models as tpm
+tpm.LAYERS = int(sys.argv[3])
+tpm.export_hf(tpm.HF_CASES[sys.argv[2]], __import__("pathlib").Path(sys.argv[5]), dynamo=sys.argv[4] == "dynamo")
+"""
+
+
+def _deep_models(folder: Path, only: set[str]) -> list[tuple[str, Path, str]]:
+    """The deep HF exports, each built in a child process (torch and transformers stay out of this one)."""
+    rows: list[tuple[str, Path, str]] = []
+    for case, layers, exporter in DEEP:
+        label = f"{case}-{layers}-{exporter}"
+        if only and label not in only:
+            continue
+        path = folder / f"{label}.onnx"
+        if not path.is_file():
+            proc = subprocess.run([sys.executable, "-c", _DEEP_CHILD, str(ROOT / "tests"), case, str(layers), exporter,
+                                   str(path)], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+            if proc.returncode != 0 or not path.is_file():
+                tail = " | ".join(proc.stderr.strip().splitlines()[-2:])
+                rows.append((label, path, f"build failed: {tail}"))
+                continue
+        rows.append((label, path, "hf, random weights"))
+    return rows
 
 
 def _graphcost(path: Path) -> list[str]:
