@@ -133,7 +133,7 @@ def _decide(candidates: Candidates, inits: set[str], sources: set[str],
     while changed:  # bodies may come after their consumers in the walk: iterate to a fixed point
         changed = False
         for node in nodes:
-            body = inner.get(id(node), ()) if inner else ()
+            body = inner.get(id(node), ())
             if any(i in tainted for i in node.input if i) or any(n in tainted for n in body):
                 for o in node.output:
                     if o and o not in tainted:
@@ -208,31 +208,35 @@ def without_tainted(model: onnx.ModelProto, dep: DataDependence) -> onnx.ModelPr
 _GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
+def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """Every subgraph ``node`` holds, nested bodies included."""
+    graphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    graphs += [sub for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs]
+    out: list[onnx.GraphProto] = []
+    while graphs:
+        g = graphs.pop()
+        out.append(g)
+        for inner in g.node:
+            graphs.extend(a.g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPH)
+            graphs.extend(sub for a in inner.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs)
+    return out
+
+
 def _inner_names(node: onnx.NodeProto) -> set[str]:
     """Every name the subgraphs of ``node`` read or compute (nested bodies included)."""
     out: set[str] = set()
-    graphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-    graphs += [sub for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs]
-    while graphs:
-        g = graphs.pop()
+    for g in _bodies(node):
         out.update(o.name for o in g.output)
         for n in g.node:
             out.update(i for i in n.input if i)
             out.update(o for o in n.output if o)
-            graphs.extend(a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH)
-            graphs.extend(sub for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs)
     return out
 
 
 def _reads(node: onnx.NodeProto) -> list[str]:
     """The names a node reads: its inputs and what its subgraphs' nodes read (outer-scope reads included)."""
     out = [i for i in node.input if i]
-    graphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-    graphs += [sub for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs]
-    while graphs:
-        g = graphs.pop()
+    for g in _bodies(node):
         for inner in g.node:
             out.extend(i for i in inner.input if i)
-            graphs.extend(a.g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPH)
-            graphs.extend(sub for a in inner.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs)
     return out
