@@ -126,6 +126,12 @@ def _decide(candidates: Candidates, inits: set[str], sources: set[str],
     tainted: set[str] = set(guarded)
     if nodes is None:
         nodes = all_nodes()
+    _close(tainted, nodes)
+    return DataDependence(guarded, frozenset(tainted))
+
+
+def _close(tainted: set[str], nodes: list[onnx.NodeProto]) -> None:
+    """Add to ``tainted``, in place, every output of ``nodes`` downstream of it."""
     # a node holding subgraphs (If, Loop, Scan) is downstream of whatever its bodies read or compute: an If whose
     # branch reshapes by a value-dependent count returns that count's shape, though its own input is a condition
     inner = {id(n): _inner_names(n) for n in nodes if any(a.type in _GRAPH_ATTRS for a in n.attribute)}
@@ -139,7 +145,28 @@ def _decide(candidates: Candidates, inits: set[str], sources: set[str],
                     if o and o not in tainted:
                         tainted.add(o)
                         changed = True
+
+
+def with_guarded(model: onnx.ModelProto, dep: DataDependence, extra: dict[str, str]) -> DataDependence:
+    """``dep`` with ``extra`` (tensor → op type) guarded too, and the taint closed again over every node of the
+    model, bodies included. For shapes found unstable after inference (a Loop-carried value that grows each
+    iteration), which no input slot of the producer shows."""
+    guarded = {**dep.guarded, **extra}
+    tainted = set(dep.tainted) | set(extra)
+    nodes: list[onnx.NodeProto] = []
+    graphs = [model.graph]
+    while graphs:
+        g = graphs.pop()
+        nodes.extend(g.node)
+        graphs.extend(_bodies_of_graph(g))
+    _close(tainted, nodes)
     return DataDependence(guarded, frozenset(tainted))
+
+
+def _bodies_of_graph(g: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """The subgraphs held by ``g``'s own nodes (one level down)."""
+    out = [a.g for n in g.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+    return out + [sub for n in g.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs]
 
 
 def _is_data(tensor: str, sources: set[str], producer: dict[str, onnx.NodeProto], memo: dict[str, bool]) -> bool:
