@@ -384,7 +384,7 @@ def _liveness(graph: Graph, binding: Mapping[str, int], order: Sequence[str] | N
     warnings: tuple[str, ...] = ()
     if unknown:
         shown = ", ".join(u.name for u in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        warnings = (f"memory: {len(unknown)} tensors of unknown size counted as 0 bytes ({shown})",)
+        warnings = (f"{len(unknown)} tensors of unknown size counted as 0 bytes ({shown})",)
     step_names = names if in_graph_order else [names[i] for i in steps]
     return MemoryResult(
         parameter_bytes=params,
