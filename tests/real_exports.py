@@ -61,6 +61,9 @@ TV_CASES: dict[str, TVCase] = {c.name: c for c in (
     TVCase("fcos_resnet50_fpn", "detection", "FCOS_ResNet50_FPN_Weights", (3, 320, 320), False),
     TVCase("fasterrcnn_mobilenet_v3_large_fpn", "detection", "FasterRCNN_MobileNet_V3_Large_FPN_Weights",
            (3, 320, 320), False),
+    # their roi_heads end in Loops whose carried lists grow by one detection a trip (keypoints, pasted masks)
+    TVCase("keypointrcnn_resnet50_fpn", "detection", "KeypointRCNN_ResNet50_FPN_Weights", (3, 320, 320), False),
+    TVCase("maskrcnn_resnet50_fpn", "detection", "MaskRCNN_ResNet50_FPN_Weights", (3, 320, 320), False),
 )}
 
 YOLO_IMGSZ = 320

@@ -259,6 +259,25 @@ def test_fasterrcnn_finishes_and_names_roi_dims(real: RealExports) -> None:
     assert bound["totals"]["macs"] > report["totals"]["macs"]  # the box head runs on 100 RoIs instead of 1
 
 
+@pytest.mark.parametrize("name", ["keypointrcnn_resnet50_fpn", "maskrcnn_resnet50_fpn"])
+def test_rcnn_growing_loop_outputs_are_shaped_and_bindable(name: str, real: RealExports) -> None:
+    """The Loops after NMS append a row per detection: their outputs get a rank and named row counts (never the
+    body's one-iteration shape), so every standard node downstream is costed and every tensor has a shape."""
+    path, _facts = real.get("torchvision", name)
+    report = _cli_json(path)
+    unknown = [n["name"] for n in report["nodes"] if n.get("flops") is None and n.get("domain", "") in STANDARD_DOMAINS]
+    assert not unknown, f"standard-domain nodes without a cost: {unknown[:6]}"
+    sequences = sequence_values(path)
+    shapeless = [t["name"] for n in report["nodes"] for t in (*n["inputs"], *n["outputs"])
+                 if t["name"] and t["shape"] is None and t["name"] not in sequences]
+    assert not shapeless, f"{len(shapeless)} tensors without a shape: {shapeless[:6]}"
+    loops = {n["name"]: n for n in report["nodes"] if n["op_type"] == "Loop" and n["depth"] == 0}
+    grown = [o for n in loops.values() for o in n["outputs"] if any(isinstance(d, str) and d.startswith("unk__")
+                                                                    for d in o["shape"])]
+    assert grown, "a growing Loop output should carry a named unknown row count"
+    assert any("change shape across iterations" in w["message"] for w in report["warnings"])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 3. YOLO with dynamic batch/height/width
 # ---------------------------------------------------------------------------------------------------------------
