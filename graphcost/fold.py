@@ -230,7 +230,7 @@ def apply_folds(model: onnx.ModelProto, graph: Graph, folds: tuple[Foldable, ...
             _drop_value_info(g, bn.output[0])
             target.input[0] = bn.input[0]
         removed.append(bn_node.index)
-        params.update(bn.input[1:5])
+        params.update(name for stat in bn.input[1:5] for name in values.chain(stat))
     for index in sorted(removed, reverse=True):
         del g.node[index]
     values.drop_unused(params | values.orphans)
@@ -350,8 +350,20 @@ class _Values:
         self.consts = {n.output[0]: n for n in g.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")}
         self.names = set(_all_names(g))
         self.orphans: set[str] = set()  # constants a fold stopped reading (cleanup candidates)
+        # Identity copies of a constant (the legacy exporter's deduplication), to what they copy
+        self.copies = {n.output[0]: n.input[0] for n in g.node
+                       if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and n.input and n.output}
+
+    def chain(self, name: str) -> list[str]:
+        """``name`` and the names its Identity copies read, down to the stored constant."""
+        out = [name]
+        while out[-1] not in self.inits and out[-1] not in self.consts and out[-1] in self.copies \
+                and len(out) <= len(self.copies):
+            out.append(self.copies[out[-1]])
+        return out
 
     def get(self, name: str) -> np.ndarray:
+        name = self.chain(name)[-1]
         if name in self.inits:
             return numpy_helper.to_array(self.inits[name])
         node = self.consts[name]
@@ -368,6 +380,15 @@ class _Values:
         new = numpy_helper.from_array(np.asarray(value).astype(old.dtype), name)
         if name in self.inits:
             self.inits[name].CopyFrom(new)
+        elif name in self.copies:  # copy on write: the Identity of a shared constant becomes this reader's own
+            node = next(n for n in self.g.node if n.op_type == "Identity" and n.output and n.output[0] == name)
+            self.orphans.update(self.chain(name)[1:])  # what it copied may now have no reader left
+            del self.copies[name]
+            node.op_type = "Constant"  # in place: the node indices the analysed graph addresses stay valid
+            del node.input[:]
+            del node.attribute[:]
+            node.attribute.append(onnx.helper.make_attribute("value", new))
+            self.consts[name] = node
         else:
             node = self.consts[name]
             del node.attribute[:]
@@ -386,17 +407,24 @@ class _Values:
         return name
 
     def drop_unused(self, candidates: set[str]) -> None:
-        """Remove initializers and Constant nodes among ``candidates`` that nothing reads any more."""
-        used = {name for name in _read_names(self.g)} | {o.name for o in self.g.output}
-        dead = candidates - used
-        keep = [t for t in self.g.initializer if t.name not in dead]
-        if len(keep) != len(self.g.initializer):
-            del self.g.initializer[:]
-            self.g.initializer.extend(keep)
-        for i in reversed(range(len(self.g.node))):
-            n = self.g.node[i]
-            if n.op_type == "Constant" and n.output and n.output[0] in dead:
-                del self.g.node[i]
+        """Remove initializers, Constant nodes and Identity copies among ``candidates`` that nothing reads any
+        more (a dropped copy can leave what it read unread: repeated until nothing more goes)."""
+        while True:
+            used = {name for name in _read_names(self.g)} | {o.name for o in self.g.output}
+            dead = candidates - used
+            keep = [t for t in self.g.initializer if t.name not in dead]
+            gone = len(keep) != len(self.g.initializer)
+            if gone:
+                del self.g.initializer[:]
+                self.g.initializer.extend(keep)
+            for i in reversed(range(len(self.g.node))):
+                n = self.g.node[i]
+                if n.op_type in ("Constant", "Identity") and n.output and n.output[0] in dead:
+                    del self.g.node[i]
+                    gone = True
+            candidates = candidates & used
+            if not gone:
+                return
 
 
 def _subgraphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

@@ -155,6 +155,8 @@ def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
 
 
 _TYPE_CACHE: dict[bytes, tuple[Shape | None, str]] = {}
+_COPY_CHAIN = 16
+"""Most Identity nodes :meth:`Graph.copied_from` follows (the exporter writes one; a cycle cannot hold it)."""
 _TYPE_CACHE_LIMIT = 1 << 16
 
 
@@ -384,6 +386,17 @@ class Graph:
     def producer(self, tensor: str) -> Node | None:
         name = self._producer.get(tensor)
         return None if name is None else self._nodes[name]
+
+    def copied_from(self, tensor: str) -> str:
+        """The tensor an ``Identity`` chain copies ``tensor`` from, or ``tensor`` itself when no Identity makes it.
+        The legacy exporter stores equal initializers once and reads each further use through an Identity
+        (torchvision MaxViT-T: the ``pre_norm`` BatchNorms' statistics)."""
+        for _ in range(_COPY_CHAIN):
+            node = self.producer(tensor)
+            if node is None or node.op_type != "Identity" or node.domain != DEFAULT_DOMAIN or not node.inputs:
+                return tensor
+            tensor = node.inputs[0]
+        return tensor
 
     def consumers(self, tensor: str) -> list[Node]:
         return [self._nodes[n] for n in self._consumers.get(tensor, ())]

@@ -270,11 +270,12 @@ def _check_batchnorm(graph: Graph, bn: Node) -> _BN | _Fail:
         return _Fail("missing scale, bias, mean or variance input")
     values = []
     for role, name in zip(("scale", "bias", "mean", "variance"), bn.inputs[1:5], strict=True):
-        if not graph.is_constant(name):
+        stored = graph.copied_from(name)  # an Identity copy of a deduplicated initializer is that initializer
+        if not graph.is_constant(stored):
             return _Fail(f"non-constant statistics: {role} {name!r} is computed at run time")
-        if name in graph.input_names:
+        if stored in graph.input_names:
             return _Fail(f"non-constant statistics: {role} {name!r} is also a graph input (it can be fed at run time)")
-        v = graph.constant_value(name)
+        v = graph.constant_value(stored)
         if v is None:
             return _Fail(f"{role} {name!r}: its value cannot be read")
         if v.ndim != 1:
@@ -397,7 +398,7 @@ def _into_following(graph: Graph, bn: Node, p: _BN, uses: Mapping[str, list[str]
 
 
 def _own_constants(graph: Graph, node: Node, uses: Mapping[str, list[str]]) -> _Fail | None:
-    """The weight (and bias) must be floating constants that only this node reads."""
+    """The weight (and bias) must be floating constants (or Identity copies of one) that only this node reads."""
     slots = (1, 2) if node.op_type != "MatMul" else (1,)
     for slot in slots:
         if not _has(node, slot):
@@ -405,9 +406,10 @@ def _own_constants(graph: Graph, node: Node, uses: Mapping[str, list[str]]) -> _
         name = node.inputs[slot]
         role = "weight" if slot == 1 else "bias"
         t = graph.tensor(name)
-        if not graph.is_constant(name):
+        stored = graph.copied_from(name)  # an Identity copy only this node reads becomes its own constant
+        if not graph.is_constant(stored):
             return _Fail(f"{node.op_type} {role} {name!r} is computed at run time, not a constant")
-        if name in graph.input_names:
+        if stored in graph.input_names:
             return _Fail(f"{node.op_type} {role} {name!r} is also a graph input (it can be fed at run time)")
         if t is None or t.shape is None:
             return _Fail(f"{node.op_type} {role} {name!r} has an unknown shape")

@@ -226,3 +226,69 @@ def test_reference_cnn_folds_every_batchnorm(name: str, batchnorms: int, tmp_pat
     assert not [n for n in onnx.load(out).graph.node if n.op_type == "BatchNormalization"]
     for batch in (1, 2):  # the export's batch and the dynamic one
         assert_agree(src, out, (batch, 3, 224, 224), seed=batch)
+
+
+# ------------------------------------------------------------------------------------------------ deduplicated stats
+def _deduplicated_bn_model(path: Path) -> None:
+    """x (1,4,8,8) → Conv A → BN 1 → Conv B → BN 2, where BN 2's four statistics are ``Identity`` copies of BN 1's
+    initializers: how the legacy exporter writes equal-valued tensors (stored once, one Identity per further use;
+    torchvision MaxViT-T's ``pre_norm`` BatchNorms)."""
+    rng = np.random.default_rng(0)
+    c = 4
+    inits = [numpy_helper.from_array(rng.standard_normal((c, c, 3, 3)).astype(np.float32), "wa"),
+             numpy_helper.from_array(rng.standard_normal((c, c, 3, 3)).astype(np.float32), "wb")]
+    stats = {"g": rng.uniform(0.5, 1.5, c), "b": rng.standard_normal(c), "m": rng.standard_normal(c),
+             "v": rng.uniform(0.5, 1.5, c)}
+    inits += [numpy_helper.from_array(v.astype(np.float32), k) for k, v in stats.items()]
+    nodes = [oh.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+             oh.make_node("BatchNormalization", ["a", "g", "b", "m", "v"], ["a_bn"], name="bn_1"),
+             *(oh.make_node("Identity", [k], [f"{k}_copy"], name=f"copy_{k}") for k in stats),
+             oh.make_node("Conv", ["a_bn", "wb"], ["bb"], pads=[1, 1, 1, 1], name="conv_b"),
+             oh.make_node("BatchNormalization", ["bb", "g_copy", "b_copy", "m_copy", "v_copy"], ["y"], name="bn_2")]
+    g = oh.make_graph(nodes, "dedup", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 8, 8])],
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 8, 8])], initializer=inits)
+    onnx.save(oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)]), path)
+
+
+def test_statistics_read_through_identity_copies_fold_and_the_copies_go(tmp_path: Path) -> None:
+    src, out = tmp_path / "dedup.onnx", tmp_path / "folded.onnx"
+    _deduplicated_bn_model(src)
+    before = digest(src)
+    result = fold_model(src, out)
+    assert sorted(f.into for f in result.folded) == ["conv_a", "conv_b"]  # both, not only the one reading inits
+    assert result.refused == ()
+    assert digest(src) == before
+    folded = onnx.load(out)
+    assert [n.op_type for n in folded.graph.node] == ["Conv", "Conv"]  # no BN, no dangling Identity copy
+    assert {t.name for t in folded.graph.initializer}.isdisjoint({"g", "b", "m", "v"})  # the statistics went too
+    assert_agree(src, out, (1, 4, 8, 8))
+
+
+def test_a_bias_read_through_an_identity_copy_is_rewritten_as_the_readers_own(tmp_path: Path) -> None:
+    """x → BN → Conv B, whose bias is an Identity copy of the bias Conv C reads too. The BN folds into Conv B (its
+    producer is the graph input); B's copy becomes B's own constant and C's bias stays as it was."""
+    rng = np.random.default_rng(1)
+    c = 3
+    bs = rng.standard_normal(c).astype(np.float32)
+    inits = [numpy_helper.from_array(rng.standard_normal((c, c, 1, 1)).astype(np.float32), "wb"),
+             numpy_helper.from_array(rng.standard_normal((c, c, 1, 1)).astype(np.float32), "wc"),
+             numpy_helper.from_array(bs, "bs"),
+             *(numpy_helper.from_array(v.astype(np.float32), k) for k, v in (
+                 ("g", rng.uniform(0.5, 1.5, c)), ("b", rng.standard_normal(c)), ("m", rng.standard_normal(c)),
+                 ("v", rng.uniform(0.5, 1.5, c))))]
+    nodes = [oh.make_node("Conv", ["x", "wc", "bs"], ["y1"], name="conv_c"),
+             oh.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["xn"], name="bn"),
+             oh.make_node("Identity", ["bs"], ["bs_copy"], name="copy_bs"),
+             oh.make_node("Conv", ["xn", "wb", "bs_copy"], ["y2"], name="conv_b")]
+    g = oh.make_graph(nodes, "shared_bias", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 5, 5])],
+                      [oh.make_tensor_value_info("y1", TensorProto.FLOAT, [1, c, 5, 5]),
+                       oh.make_tensor_value_info("y2", TensorProto.FLOAT, [1, c, 5, 5])], initializer=inits)
+    src, out = tmp_path / "shared_bias.onnx", tmp_path / "folded.onnx"
+    onnx.save(oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)]), src)
+    result = fold_model(src, out)
+    assert [f.into for f in result.folded] == ["conv_b"]
+    folded = onnx.load(out)
+    assert [n.op_type for n in folded.graph.node] == ["Conv", "Constant", "Conv"]  # the copy is B's own now
+    kept = {t.name: numpy_helper.to_array(t) for t in folded.graph.initializer}
+    np.testing.assert_array_equal(kept["bs"], bs)  # C's bias untouched
+    assert_agree(src, out, (1, c, 5, 5))
