@@ -24,7 +24,15 @@ import numpy as np
 import onnx
 
 from graphcost._dims import Dim, free_names
-from graphcost.binding import Binding, check_names, defaults_break, dim_keys, sizes_the_model_states
+from graphcost.binding import (
+    DEFAULT_DIM_VALUE,
+    Binding,
+    UnboundDims,
+    check_names,
+    defaults_break,
+    dim_keys,
+    sizes_the_model_states,
+)
 from graphcost.graph import Graph
 from graphcost.load import Model, load
 from graphcost.passes.costs import CostResult, count_costs
@@ -148,7 +156,9 @@ class Analysis:
         binding = Binding.static(model_dims, given)
         if model_dims:
             with stage("validate", graph):
-                raise_refusals(check_binding(graph, binding.values), m.path)
+                checked_dims = check_binding(graph, binding.values)
+                _refuse_defaults(checked_dims, binding)
+                raise_refusals(checked_dims, m.path)
         return cls(m, checked, shapes, costs, model_dims, binding, shapes_given, values, ignored, ignored_inputs)
 
     def run_binding(self, sizes: Mapping[str, int] | None = None) -> Binding:
@@ -184,6 +194,17 @@ class Analysis:
                 out[name] = [_bare(d) for d in t.shape]
         return out
 
+
+
+def _refuse_defaults(checked: Validation, binding: Binding) -> None:
+    """A dim that is no size only because unbound dims took the default (a VALID 3x3 Conv after a stride-2 one
+    is ``ceiling(H/2) - 2``: -1 at H = 1) is a binding to ask for, not an invalid model: UnboundDims names them."""
+    refusals = checked.refusals
+    defaulted = sorted(refusals[0].dims & set(binding.defaulted)) if refusals else []
+    if defaulted:  # the first refusal decides, as raise_refusals' would
+        more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
+        raise UnboundDims(defaulted, f"each unbound dim is taken as {DEFAULT_DIM_VALUE}, and then "
+                                     f"{refusals[0].text()}{more}")
 
 
 def _bare(d: Dim) -> int | str | None:

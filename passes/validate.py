@@ -52,6 +52,9 @@ class Finding:
     node: str | None
     op_type: str | None
     reason: str
+    dims: frozenset[str] = frozenset()
+    """The dims the problem stands on (a binding finding: its formula's names), so a caller can tell one that
+    only an unbound dim's default causes."""
 
     def text(self) -> str:
         """``node 'A' (Add): reason``, or the reason alone for a graph-level finding."""
@@ -225,7 +228,7 @@ def check_binding(graph: Graph, binding: Mapping[str, int]) -> Validation:
                     what = "graph input" if t.name in g.input_names else "tensor"
                     findings.append(Finding(
                         Severity.REFUSE, None if node is None else node.name, None if node is None else node.op_type,
-                        f"{what} {g.prefix + t.name!r} has dim {to_text(d)!r}, which {problem}"))
+                        f"{what} {g.prefix + t.name!r} has dim {to_text(d)!r}, which {problem}", free_names(d)))
     return Validation(tuple(findings))
 
 

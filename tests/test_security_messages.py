@@ -20,6 +20,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from graphcost.api import PassError, analyze
+from graphcost.binding import UnboundDims
 from graphcost.graph import CycleError
 from graphcost.hardware import catalog
 from graphcost.load import load
@@ -153,8 +154,32 @@ def test_dim_without_a_real_value_is_refused_naming_the_tensor(tmp_path: Path,
 def test_negative_or_fractional_dim_is_refused(tmp_path: Path) -> None:
     for text, value in (("n - 3", "-2"), ("n/2", "0.5")):
         m = model([oh.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", [text, 4])], [vi("y", None)])
-        with pytest.raises(InvalidModel, match=re.escape(f"has dim '{text}', which is {value} under n=1, not a whole")):
+        # n was never bound: the refusal asks for it (a binding to give, not a broken model) and says why
+        with pytest.raises(UnboundDims, match=re.escape(f"has dim '{text}', which is {value} under n=1, not a whole")) \
+                as info:
             analyze(m)
+        assert info.value.names == ("n",)
+        # bound by the caller, the same dim is the model's problem
+        with pytest.raises(InvalidModel, match=re.escape(f"has dim '{text}', which is {value} under n=1, not a whole")):
+            analyze(m, dims={"n": 1})
+
+
+def test_a_default_that_breaks_a_valid_conv_asks_for_the_dim(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A VALID 3x3 Conv after a stride-2 one has height ceiling(h/2) - 2: -1 at the default h = 1. The model is
+    fine; the CLI says which dim to pass, in one line, and the analysis runs once it is bound."""
+    w1 = numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w1")
+    w2 = numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w2")
+    m = model([oh.make_node("Conv", ["x", "w1"], ["a"], name="down", strides=[2, 2]),
+               oh.make_node("Conv", ["a", "w2"], ["y"], name="valid")],
+              [vi("x", [1, 1, "h", 8])], [vi("y", None)])
+    m.graph.initializer.extend([w1, w2])
+    path = save(tmp_path, "valid_conv", m)
+    code, _, err = run_cli(capsys, "analyze", path)
+    line = one_line(err)
+    assert code == 2 and "dim h is not bound; pass --dim h=N" in line and "'valid' (Conv)" in line
+    code, out, err = run_cli(capsys, "analyze", path, "--dim", "h=9")  # ceil(9/2) - 2 = 3 rows
+    assert code == 0 and out
 
 
 def test_fusion_section_names_an_unbound_or_complex_dim_without_internals() -> None:
