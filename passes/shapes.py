@@ -229,6 +229,8 @@ def _infer_shapes(
     if notes and _unresolved(inferred.graph, typed, names):
         warnings.extend(notes)  # only worth saying when something stayed unresolved
     _check_declared_outputs(base.graph, typed, warnings)
+    if base.graph.value_info or not _FLAT.get():
+        _check_declared_values(base.graph, typed, warnings)
     graph = Graph(inferred.graph, opset_lookup(inferred), base_dir=model.base_dir, types=typed)
     symbolic_graph = None
     if symbolic_typed is not None and symbolic_typed != typed:
@@ -1027,6 +1029,32 @@ def _check_declared_outputs(graph: onnx.GraphProto, types: TypeTable, warnings: 
                 warnings.append(ShapeWarning(None, f"output {vi.name!r}: declared dim {i} = {a.dim_value} but "
                                                    f"inferred {b.dim_value}; using the inferred shape"))
                 break
+
+
+def _check_declared_values(graph: onnx.GraphProto, types: TypeTable, warnings: list[ShapeWarning]) -> None:
+    """One warning when intermediate shapes the file declares (value_info) contradict inference: a rank or a
+    number that differs. Inference wins; a wrong declaration says the exporter is broken (jax2onnx wrote a
+    transposed [batch,16,16,8] for a [batch,8,16,16] Relu output and rank 0 for a BatchNormalization's)."""
+    wrong: list[str] = []
+    for g in _walk_graphs(graph):
+        for vi in g.value_info:
+            declared = _dims_of(vi.type)
+            t = types.get(vi.name)
+            inferred = _dims_of(t) if t is not None else None
+            if declared is None or inferred is None:
+                continue
+            if len(declared) != len(inferred) or any(
+                    a.HasField("dim_value") and b.HasField("dim_value") and a.dim_value != b.dim_value
+                    for a, b in zip(declared, inferred, strict=True)):
+                wrong.append(f"{vi.name!r} declared {_shape_text(declared)}, inferred {_shape_text(inferred)}")
+    if wrong:
+        more = f" and {len(wrong) - 1} more" if len(wrong) > 1 else ""
+        warnings.append(ShapeWarning(None, f"the file declares shapes that inference contradicts ({wrong[0]}{more}); "
+                                           "the inferred shapes are used"))
+
+
+def _shape_text(dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
+    return "[" + ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims) + "]"
 
 
 def describe_dim(d: Dim) -> str:
