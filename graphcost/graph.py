@@ -155,9 +155,9 @@ def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
 
 
 _TYPE_CACHE: dict[bytes, tuple[Shape | None, str]] = {}
+_TYPE_CACHE_LIMIT = 1 << 16
 _COPY_CHAIN = 16
 """Most Identity nodes :meth:`Graph.copied_from` follows (the exporter writes one; a cycle cannot hold it)."""
-_TYPE_CACHE_LIMIT = 1 << 16
 
 
 def _shape_of(type_proto: onnx.TypeProto, owner: str) -> tuple[Shape | None, str]:

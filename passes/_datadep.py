@@ -11,10 +11,12 @@ are *guarded*: they get named unknown dims, and everything downstream takes only
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import onnx
+
+from graphcost.graph import graph_protos
 
 # op_type → input slots whose *values* decide the output shape.
 SHAPE_SLOTS: dict[str, tuple[int, ...]] = {
@@ -147,26 +149,13 @@ def _close(tainted: set[str], nodes: list[onnx.NodeProto]) -> None:
                         changed = True
 
 
-def with_guarded(model: onnx.ModelProto, dep: DataDependence, extra: dict[str, str]) -> DataDependence:
-    """``dep`` with ``extra`` (tensor → op type) guarded too, and the taint closed again over every node of the
-    model, bodies included. For shapes found unstable after inference (a Loop-carried value that grows each
-    iteration), which no input slot of the producer shows."""
-    guarded = {**dep.guarded, **extra}
-    tainted = set(dep.tainted) | set(extra)
-    nodes: list[onnx.NodeProto] = []
-    graphs = [model.graph]
-    while graphs:
-        g = graphs.pop()
-        nodes.extend(g.node)
-        graphs.extend(_bodies_of_graph(g))
-    _close(tainted, nodes)
-    return DataDependence(guarded, frozenset(tainted))
-
-
-def _bodies_of_graph(g: onnx.GraphProto) -> list[onnx.GraphProto]:
-    """The subgraphs held by ``g``'s own nodes (one level down)."""
-    out = [a.g for n in g.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-    return out + [sub for n in g.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs]
+def downstream(model: onnx.ModelProto, sources: Iterable[str]) -> frozenset[str]:
+    """``sources`` and every value downstream of them, over every node of the model, bodies included. For shapes
+    found unstable after inference (a Loop-carried value that grows each trip), which no input slot shows; the
+    taint is a forward reach, so a :class:`DataDependence` widened by these is its own taint united with this."""
+    tainted = set(sources)
+    _close(tainted, [n for g in graph_protos(model.graph) for n in g.node])
+    return frozenset(tainted)
 
 
 def _is_data(tensor: str, sources: set[str], producer: dict[str, onnx.NodeProto], memo: dict[str, bool]) -> bool:
