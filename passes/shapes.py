@@ -40,7 +40,7 @@ import onnx
 from graphcost._dims import Dim, free_names, parse_dim, text_names, to_text
 from graphcost.graph import Graph, graph_protos, name_anonymous_input_dims, unknown_dim_name
 from graphcost.load import Model, opset_lookup
-from graphcost.passes import _contrib_shapes, _datadep, _engines
+from graphcost.passes import _contrib_shapes, _datadep, _engines, _symsweep
 from graphcost.passes import specialize as _specialize
 
 InputShape = Sequence[int | str]
@@ -198,6 +198,10 @@ def _infer_shapes(
                                                 notes)
         if specialized:
             engines.append("specialize")
+    if _unresolved(inferred.graph, typed, open_names):
+        stripped, inferred, typed, swept = _sweep_rounds(stripped, inferred, typed, known, dep)
+        if swept:
+            engines.append("graphcost-sweep")
     stripped, inferred, typed, used = _symbolic_turns(stripped, inferred, typed, open_names, known, model.base_dir,
                                                       dep, notes)
     if used:
@@ -344,6 +348,7 @@ def _specialize_rounds(stripped: onnx.ModelProto, typed: TypeTable, names: list[
         work, work_print = spec, spec_print
         inf = _onnx_infer(work, [])
         typed = _merge(_collect_types(inf.graph), typed, known)
+        work, inf, typed, _ = _sweep_rounds(work, inf, typed, known, dep)
         # the engine never decides a tainted shape, nor one of a value this copy no longer computes (a branch
         # not taken, a folded node): those do not keep it running on the copy
         present = set(_tensor_names(work.graph))
@@ -544,6 +549,30 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
     return stripped, inferred, typed, seeded_any
 
 
+def _sweep_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: TypeTable, known: frozenset[str],
+                  dep: _datadep.DataDependence) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
+    """graphcost's symbolic sweep (``_symsweep``) and onnx's inference in turn: each sweep states the open
+    shapes it can in the input dims, onnx carries them downstream, until a sweep adds nothing (at most
+    ``_SWEEP_ROUNDS``). Only whole shapes are seeded. LLaMA-32 legacy: the 1,284 values onnx leaves open
+    (Reshape -1 against a symbolic numel, rotate_half Slices, Range) close without onnx-shape-inference."""
+    opset = opset_lookup(stripped).get("", 0)
+    seeded = False
+    for _ in range(_SWEEP_ROUNDS):
+        if not _unresolved(inferred.graph, typed):
+            break
+        seeds = _symsweep.sweep(stripped.graph, typed, known, opset, dep.tainted)
+        seeds = {k: t for k, t in seeds.items()
+                 if (c := typed.get(k)) is None or _type_score(t, known) < _type_score(c, known)}
+        if not seeds:
+            break
+        seeded = True
+        stripped = _with_value_info(stripped, seeds)
+        inferred = _onnx_infer(stripped, [])
+        typed = _merge(_collect_types(inferred.graph), {**typed, **seeds}, known)
+    return stripped, inferred, typed, seeded
+
+
+_SWEEP_ROUNDS = 6
 _CONTRIB_ROUNDS = 12
 _SYMBOLIC_TURNS = 4
 _SPECIALIZE_ROUNDS = 4

@@ -52,10 +52,12 @@ BOMBS = {
     "wide_product": "*".join(f"(a{i}+b{i})" for i in range(20)),  # 2**20 terms once expanded
 }
 
-# Graph: x[P, 4] → Shape → Gather(0) → Range(0, n, 1) → Cast → z[?]. onnx cannot size z; the symbolic engine
-# (onnx-shape-inference) can (z[P]), so both inference engines see the dim text P.
+# Graph: x[P, 4] → Shape → Gather(0) → Range(0, n, 1) → Cast → z[?], and w = Pad(x) with a row each side.
+# onnx sizes neither; graphcost's sweep sizes z (z[P]) and the symbolic engine (onnx-shape-inference) w
+# (w[P + 2, 4]), so every inference engine sees the dim text P.
 _RANGE_MODEL = '''<ir_version: 8, opset_import: ["" : 17]>
-g (float[N, 4] x) => (float[M] z) {
+g (float[N, 4] x) => (float[M] z, float[K, 4] w) <int64[4] pads = {1, 0, 1, 0}> {
+  w = Pad(x, pads)
   s = Shape(x)
   i0 = Constant<value = int64 {0}>()
   n = Gather(s, i0)

@@ -1,0 +1,557 @@
+"""graphcost's own symbolic sweep: the shapes onnx's C++ inference leaves open in symbolic dims.
+
+onnx's inference stops where a shape needs arithmetic on symbolic dims or a shape *value* that is not all
+numbers. On HF decoders exported with ``batch``/``seq`` that is every layer:
+
+    q_proj [batch, seq, 64] ─ Reshape(Concat(Shape[0], Shape[1], -1, 16)) → open  (the -1 is 64*batch*seq/...)
+    q ─ Slice(ends = Shape(q)[-1] // 2) → open                                      (rotate_half)
+    Range(0, Shape(ids)[1]) → open                                                  (position ids)
+
+and onnx-shape-inference was handed the whole model for it (LLaMA-32: 1,284 open values, about a second).
+One walk in graph order fixes these: values of shape tensors (:mod:`graphcost.passes._symvalues`) and one
+small rule per op for the output dims, in the input dims' names. Every dim it states is exact under the
+ONNX semantics for non-negative dims; a dim it cannot state is None and the tensor is not seeded, so the
+engines still decide it. The caller seeds what this returns as value_info and lets onnx carry it on.
+
+Broadcasting two dims (Add, Where, Expand...): a number other than 1 wins, 1 gives way, equal dims stay;
+two different expressions are not decided (either could be 1 at run time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+import onnx
+
+from graphcost._dims import parse_dim, prod, text_names, to_text
+from graphcost._sym import sympy
+from graphcost.passes._symvalues import MOST, VALUE_RULES, Elem, Shape, Value, constant_value, shape_value
+
+ShapeRule = Callable[[onnx.NodeProto, list["Shape | None"], list["Value | None"], Mapping[str, Any], int],
+                     list["Shape | None"]]
+SHAPE_RULES: dict[str, ShapeRule] = {}
+
+
+def shape_rule(*op_types: str) -> Callable[[ShapeRule], ShapeRule]:
+    def register(fn: ShapeRule) -> ShapeRule:
+        for op in op_types:
+            SHAPE_RULES[op] = fn
+        return fn
+    return register
+
+
+def sweep(graph: onnx.GraphProto, types: Mapping[str, onnx.TypeProto], known: frozenset[str], opset: int,
+          skip: Collection[str] = ()) -> dict[str, onnx.TypeProto]:
+    """Complete types for the top-level values that ``types`` leaves open and this sweep can state.
+
+    ``known``: the graph inputs' dim names (a dim in other names is open); ``skip``: value-dependent
+    tensors, never decided here. ``graph`` and ``types`` are not changed."""
+    walk = _Walk(graph, types, known)
+    out: dict[str, onnx.TypeProto] = {}
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        outs = list(node.output)
+        if any(o in skip for o in outs):
+            continue
+        op = node.op_type
+        ins = list(node.input)
+        open_outs = [o for o in outs if o and walk.is_open(o)]
+        has_value = any(i in walk.values for i in ins)
+        if not open_outs and not (has_value or op in ("Constant", "Shape", "Size")):
+            continue
+        attrs = _attrs(node) if node.attribute else {}
+        walk.values_of(node, op, ins, outs, attrs, opset)
+        if not open_outs or (fn := SHAPE_RULES.get(op)) is None:
+            continue
+        try:
+            shapes = fn(node, [walk.shape(i) if i else None for i in ins], [walk.values.get(i) for i in ins],
+                        attrs, opset)
+        except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError):
+            continue  # a malformed node: the engines say what they can
+        for name, shape in zip(outs, shapes, strict=False):
+            if name not in open_outs or shape is None:
+                continue
+            if any(d is not None and not _plausible(d) for d in shape):
+                continue
+            walk.shapes[name] = shape
+            if all(d is not None for d in shape) and (t := walk.seed(name, node, op, ins, attrs, shape)) is not None:
+                out[name] = t
+    return out
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    """A node's attributes by name; a tensor stays a TensorProto (:func:`constant_value` reads it, never an
+    external payload) and graph attributes are left out."""
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        kind = a.type
+        if kind == onnx.AttributeProto.INT:
+            out[a.name] = a.i
+        elif kind == onnx.AttributeProto.INTS:
+            out[a.name] = list(a.ints)
+        elif kind == onnx.AttributeProto.TENSOR:
+            out[a.name] = a.t
+        elif kind == onnx.AttributeProto.FLOAT:
+            out[a.name] = a.f
+        elif kind == onnx.AttributeProto.STRING:
+            out[a.name] = a.s
+    return out
+
+
+class _Walk:
+    """The sweep's state: each value's dims (from ``types``, or stated by the sweep) and shape values."""
+
+    def __init__(self, graph: onnx.GraphProto, types: Mapping[str, onnx.TypeProto], known: frozenset[str]) -> None:
+        self.types, self.known = types, known
+        self.shapes: dict[str, Shape | None] = {}
+        self.values: dict[str, Value] = {}
+        self.elems: dict[str, int] = {}
+        self._parsed: dict[str, Elem] = {}
+        self._texts: dict[Any, str] = {}
+        """A dim the model wrote, by its expression: a stated dim equal to it is written as the model wrote it
+        (``DynamicDimension.0``, not graphcost's name for it), as the engines' dims are."""
+        inputs = {vi.name for vi in graph.input}  # an initializer that is also an input can be fed: no value
+        for t in graph.initializer:
+            self.shapes[t.name] = tuple(int(d) for d in t.dims)
+            self.elems[t.name] = t.data_type
+            if t.name not in inputs and (v := constant_value(t)) is not None:
+                self.values[t.name] = v
+
+    def dim(self, d: onnx.TensorShapeProto.Dimension) -> Elem:
+        if d.HasField("dim_value"):
+            return int(d.dim_value)
+        text = d.dim_param if d.HasField("dim_param") else ""
+        if not text:
+            return None
+        if text not in self._parsed:
+            d = self._parsed[text] = parse_dim(text) if text_names(text) <= self.known else None
+            if d is not None and not isinstance(d, int):
+                self._texts.setdefault(d, text)
+        return self._parsed[text]
+
+    def shape(self, name: str) -> Shape | None:
+        if name in self.shapes:
+            return self.shapes[name]
+        t = self.types.get(name)
+        s: Shape | None = None
+        if t is not None and t.HasField("tensor_type"):
+            self.elems[name] = t.tensor_type.elem_type
+            if t.tensor_type.HasField("shape"):
+                s = tuple(self.dim(d) for d in t.tensor_type.shape.dim)
+        self.shapes[name] = s
+        return s
+
+    def is_open(self, name: str) -> bool:
+        s = self.shape(name)
+        return s is None or any(d is None for d in s)
+
+    def values_of(self, node: onnx.NodeProto, op: str, ins: list[str], outs: list[str], attrs: Mapping[str, Any],
+                  opset: int) -> None:
+        if not outs or not outs[0]:
+            return
+        v: Value | None = None
+        if op == "Constant":
+            t = attrs.get("value")
+            if isinstance(t, onnx.TensorProto):
+                v = constant_value(t)
+            elif "value_int" in attrs:
+                v = Value((int(attrs["value_int"]),), ())
+            elif "value_ints" in attrs and len(attrs["value_ints"]) <= MOST:
+                v = Value(tuple(int(x) for x in attrs["value_ints"]), (len(attrs["value_ints"]),))
+        elif op == "Shape":
+            s = self.shape(ins[0]) if ins else None
+            v = None if s is None else shape_value(s, attrs)
+        elif op == "Size":
+            s = self.shape(ins[0]) if ins else None
+            v = None if s is None or any(d is None for d in s) else Value((prod(s),), ())  # type: ignore[arg-type]
+        elif (fn := VALUE_RULES.get(op)) is not None:
+            try:
+                v = fn(node, [self.values.get(i) for i in ins], attrs, opset)
+            except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError):
+                v = None
+        if v is not None:
+            self.values[outs[0]] = v
+
+    def seed(self, name: str, node: onnx.NodeProto, op: str, ins: list[str], attrs: Mapping[str, Any],
+             shape: Shape) -> onnx.TypeProto | None:
+        elem = self.elems.get(name) or _elem_of(op, attrs, [self.elems.get(i, 0) if i else 0 for i in ins])
+        if not elem:
+            return None
+        t = onnx.TypeProto()
+        t.tensor_type.elem_type = elem
+        t.tensor_type.shape.SetInParent()
+        for d in shape:
+            dim = t.tensor_type.shape.dim.add()
+            if isinstance(d, int):
+                dim.dim_value = d
+            else:
+                dim.dim_param = self._texts.get(d) or to_text(d)
+        self.elems[name] = elem
+        return t
+
+
+def _plausible(d: Any) -> bool:
+    """A dim the sweep may state: a non-negative int, or an integer expression (never a fraction)."""
+    if isinstance(d, int):
+        return d >= 0
+    return bool(d.is_integer) and not d.is_negative
+
+
+_BOOL_OUT = frozenset({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
+                       "IsNaN", "IsInf"})
+
+
+def _elem_of(op: str, attrs: Mapping[str, Any], ins: Sequence[int]) -> int:
+    if op in _BOOL_OUT:
+        return onnx.TensorProto.BOOL
+    if op in ("Shape", "Size"):
+        return onnx.TensorProto.INT64
+    if op == "Cast":
+        return int(attrs.get("to", 0))
+    if op == "ConstantOfShape":
+        t = attrs.get("value")
+        return t.data_type if isinstance(t, onnx.TensorProto) else onnx.TensorProto.FLOAT
+    if op == "Where":
+        return ins[1] if len(ins) > 1 else 0
+    return ins[0] if ins else 0
+
+
+# -- broadcasting -----------------------------------------------------------------------------------------------
+def broadcast_dim(a: Elem, b: Elem) -> Elem:
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    if a is None or b is None:
+        return b if a is None and isinstance(b, int) else a if b is None and isinstance(a, int) else None
+    if isinstance(a, int) and isinstance(b, int):
+        return a if a == b else None  # a model that would fail: not stated
+    if isinstance(a, int):
+        return a  # a number other than 1 against an expression: the number (or the model is invalid)
+    if isinstance(b, int):
+        return b
+    return a if sympy.expand(a - b) == 0 else None
+
+
+def broadcast(shapes: Sequence[Shape | None]) -> Shape | None:
+    if any(s is None for s in shapes) or not shapes:
+        return None
+    rank = max(len(s) for s in shapes if s is not None)
+    out: list[Elem] = []
+    for axis in range(rank):
+        d: Elem = 1
+        for s in shapes:
+            assert s is not None
+            k = axis - (rank - len(s))
+            d = broadcast_dim(d, s[k] if k >= 0 else 1)
+            if d is None:
+                break
+        out.append(d)
+    return tuple(out)
+
+
+_ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Equal", "Less",
+                "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "PRelu", "BitShift",
+                "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+
+
+@shape_rule(*_ELEMENTWISE)
+def _elementwise(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+                 opset: int) -> list[Shape | None]:
+    return [broadcast([x for x, name in zip(s, node.input, strict=False) if name])]
+
+
+_SAME = ("Neg", "Cast", "CastLike", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos",
+         "IsNaN", "IsInf", "Not", "Erf", "Softmax", "LogSoftmax", "Identity", "Abs", "Floor", "Ceil", "Round",
+         "Sign", "Gelu", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish",
+         "Trilu", "CumSum", "Clip", "Dropout", "LayerNormalization", "Hardmax", "Celu", "ThresholdedRelu",
+         "BitwiseNot", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")
+
+
+@shape_rule(*_SAME)
+def _same(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+          opset: int) -> list[Shape | None]:
+    return [s[0] if s else None]  # the first output only (Dropout's mask, LayerNorm's statistics: not here)
+
+
+@shape_rule("Transpose")
+def _transpose(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+               opset: int) -> list[Shape | None]:
+    x = s[0]
+    if x is None:
+        return [None]
+    perm = list(a.get("perm", range(len(x) - 1, -1, -1)))
+    return [tuple(x[p] for p in perm)] if sorted(perm) == list(range(len(x))) else [None]
+
+
+def _axes(s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any], opset: int,
+          since: int) -> list[int] | None:
+    """Axes from the attribute before opset ``since``, from input 1 (all numbers) from it on."""
+    if opset < since:
+        return list(a["axes"]) if "axes" in a else None
+    got = v[1] if len(v) > 1 else None
+    return None if got is None or not all(isinstance(e, int) for e in got.items) else [int(e) for e in got.items]  # type: ignore[arg-type]
+
+
+@shape_rule("Unsqueeze")
+def _unsqueeze(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+               opset: int) -> list[Shape | None]:
+    x, axes = s[0], _axes(s, v, a, opset, 13)
+    if x is None or axes is None:
+        return [None]
+    rank = len(x) + len(axes)
+    where = sorted(ax + rank if ax < 0 else ax for ax in axes)
+    if len(set(where)) != len(where) or any(not 0 <= ax < rank for ax in where):
+        return [None]
+    dims = iter(x)
+    return [tuple(1 if k in where else next(dims) for k in range(rank))]
+
+
+@shape_rule("Squeeze")
+def _squeeze(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+             opset: int) -> list[Shape | None]:
+    x = s[0]
+    has_axes = "axes" in a if opset < 13 else len(node.input) > 1 and bool(node.input[1])
+    axes = _axes(s, v, a, opset, 13) if has_axes else None
+    if x is None or (has_axes and axes is None):
+        return [None]
+    if axes is None:  # every 1-dim goes: only decidable when every dim is known
+        return [tuple(d for d in x if d != 1)] if all(isinstance(d, int) for d in x) else [None]
+    drop = {ax + len(x) if ax < 0 else ax for ax in axes}
+    return [tuple(d for k, d in enumerate(x) if k not in drop)]
+
+
+@shape_rule("Concat")
+def _concat(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+            opset: int) -> list[Shape | None]:
+    parts = [x for x, name in zip(s, node.input, strict=False) if name]
+    if not parts or any(x is None for x in parts) or len({len(x) for x in parts if x is not None}) != 1:
+        return [None]
+    rank = len(parts[0] or ())
+    axis = int(a.get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    out: list[Elem] = []
+    for k in range(rank):
+        col = [x[k] for x in parts if x is not None]
+        if k == axis:
+            out.append(None if any(d is None for d in col) else sum(col[1:], col[0]))  # type: ignore[arg-type]
+        else:
+            out.append(next((d for d in col if d is not None), None))
+    return [tuple(_tidy(d) for d in out)]
+
+
+@shape_rule("Gather")
+def _gather(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+            opset: int) -> list[Shape | None]:
+    x, idx = s[0], s[1] if len(s) > 1 else None
+    if x is None or idx is None:
+        return [None]
+    axis = int(a.get("axis", 0))
+    axis = axis + len(x) if axis < 0 else axis
+    return [x[:axis] + idx + x[axis + 1:]]
+
+
+@shape_rule("MatMul")
+def _matmul(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+            opset: int) -> list[Shape | None]:
+    x, y = s[0], s[1] if len(s) > 1 else None
+    if x is None or y is None or not x or not y:
+        return [None]
+    xs, ys = (x if len(x) > 1 else (1, *x)), (y if len(y) > 1 else (*y, 1))
+    batch = broadcast([xs[:-2], ys[:-2]])
+    if batch is None:
+        return [None]
+    out = (*batch, xs[-2], ys[-1])
+    if len(x) == 1:
+        out = out[:-2] + out[-1:]
+    if len(y) == 1:
+        out = out[:-1]
+    return [out]
+
+
+@shape_rule("Reshape")
+def _reshape(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+             opset: int) -> list[Shape | None]:
+    x, target = s[0], v[1] if len(v) > 1 else None
+    if target is None or len(target.shape) != 1:
+        return [None]
+    allow_zero = int(a.get("allowzero", 0))
+    out: list[Elem] = []
+    hole = None
+    for k, t in enumerate(target.items):
+        if t == 0 and not allow_zero:
+            out.append(x[k] if x is not None and k < len(x) else None)
+        elif t == -1:
+            if hole is not None:
+                return [None]
+            hole = k
+            out.append(None)
+        else:
+            out.append(t)
+    if hole is not None and x is not None and all(d is not None for d in x):
+        rest = [d for k, d in enumerate(out) if k != hole]
+        if all(d is not None for d in rest):
+            out[hole] = _quotient(prod(x), prod(rest))  # type: ignore[arg-type]
+    return [tuple(out)]
+
+
+def _quotient(n: Any, d: Any) -> Elem:
+    """``n / d`` when it divides exactly (the -1 of a Reshape), else None."""
+    if isinstance(n, int) and isinstance(d, int):
+        return n // d if d and n % d == 0 else None
+    q = sympy.cancel(sympy.sympify(n) / d)
+    _, den = sympy.fraction(q)
+    return _tidy(q) if den == 1 else None
+
+
+def _tidy(d: Elem) -> Elem:
+    if d is None or isinstance(d, int):
+        return d
+    d = sympy.expand(d)
+    return int(d) if d.is_Integer else d
+
+
+@shape_rule("Expand")
+def _expand(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+            opset: int) -> list[Shape | None]:
+    target = v[1] if len(v) > 1 else None
+    if target is None or len(target.shape) != 1:
+        return [None]
+    return [broadcast([s[0], tuple(target.items)])]
+
+
+@shape_rule("ConstantOfShape")
+def _constant_of_shape(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+                       opset: int) -> list[Shape | None]:
+    dims = v[0] if v else None
+    return [None if dims is None or len(dims.shape) != 1 else tuple(dims.items)]
+
+
+@shape_rule("Tile")
+def _tile(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+          opset: int) -> list[Shape | None]:
+    x, reps = s[0], v[1] if len(v) > 1 else None
+    if x is None or reps is None or len(reps.items) != len(x):
+        return [None]
+    return [tuple(None if d is None or r is None else _tidy(d * r) for d, r in zip(x, reps.items, strict=True))]
+
+
+@shape_rule("Flatten")
+def _flatten(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+             opset: int) -> list[Shape | None]:
+    x = s[0]
+    if x is None:
+        return [None]
+    axis = int(a.get("axis", 1))
+    axis = axis + len(x) if axis < 0 else axis
+    head, tail = x[:axis], x[axis:]
+    return [tuple(None if any(d is None for d in part) else prod(part) for part in (head, tail))]  # type: ignore[arg-type]
+
+
+@shape_rule("Range")
+def _range(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+           opset: int) -> list[Shape | None]:
+    args = v[:3]
+    if len(args) < 3 or any(x is None or len(x.items) != 1 or x.items[0] is None for x in args):
+        return [None]
+    start, limit, delta = (x.items[0] for x in args if x is not None)
+    if not isinstance(delta, int) or delta <= 0:
+        return [None]  # a counting-down or symbolic step: left to the engines
+    span = _tidy(limit - start)  # type: ignore[operator]
+    if isinstance(span, int):
+        return [(max(0, -(-span // delta)),)]
+    return [(span if delta == 1 else _tidy(sympy.ceiling(span / delta)),)]  # a valid model counts up: span >= 0
+
+
+@shape_rule("Slice")
+def _slice(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+           opset: int) -> list[Shape | None]:
+    x = s[0]
+    if x is None:
+        return [None]
+    if opset < 10:
+        starts: list[Elem] = list(a.get("starts", []))
+        ends: list[Elem] = list(a.get("ends", []))
+        axes: list[Elem] = list(a.get("axes", range(len(starts))))
+        steps: list[Elem] = [1] * len(starts)
+    else:
+        got = [v[k] if len(v) > k else None for k in range(1, 5)]
+        if got[0] is None or got[1] is None or (len(node.input) > 3 and node.input[3] and got[2] is None) or \
+                (len(node.input) > 4 and node.input[4] and got[3] is None):
+            return [None]
+        starts, ends = list(got[0].items), list(got[1].items)  # type: ignore[union-attr]
+        axes = list(got[2].items) if got[2] is not None else list(range(len(starts)))
+        steps = list(got[3].items) if got[3] is not None else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        return [None]
+    out = list(x)
+    for st, en, ax, step in zip(starts, ends, axes, steps, strict=True):
+        if not isinstance(ax, int) or not isinstance(step, int) or step == 0:
+            return [None]
+        ax = ax + len(x) if ax < 0 else ax
+        if not 0 <= ax < len(x):
+            return [None]
+        out[ax] = _slice_len(x[ax], st, en, step)
+    return [tuple(out)]
+
+
+_BIG = 2**31 - 1
+"""An end at or past this is "to the end" (exporters write INT64_MAX or INT32_MAX)."""
+
+
+def _slice_len(d: Elem, start: Elem, end: Elem, step: int) -> Elem:
+    """Entries a Slice keeps of a dim ``d``, clamped as ONNX says (a negative entry counts from the end, then
+    each is held to ``[0, d]``); with a symbolic entry the clamp is written as ``Min``/``Max`` and sympy drops
+    the ones it can prove idle (``Min(d, floor(d/2))`` is ``floor(d/2)``). A step other than 1 over an
+    expression is left open."""
+    if d is None or start is None or end is None:
+        return None
+    if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
+        return len(range(*slice(start, end, step).indices(d)))
+    if step != 1:
+        return None
+    lo, hi = _clamp(d, start), _clamp(d, end)
+    if lo is None or hi is None:
+        return None
+    if lo == 0 or _tidy(hi - d) == 0:  # each clamp is in [0, d]: from 0, or to d, the length is never negative
+        return _tidy(hi - lo)
+    return _tidy(sympy.Max(0, hi - lo))
+
+
+def _clamp(d: Any, e: Any) -> Elem:
+    """A Slice start or end ``e`` on a dim ``d``, as a position in ``[0, d]``."""
+    if isinstance(e, int) and e >= _BIG:
+        return d
+    if isinstance(e, int) and e < 0:
+        return _tidy(sympy.Max(0, d + e))
+    if not isinstance(e, int) and not e.is_nonnegative:
+        return None  # a symbolic entry that may count from the end: which it does is a run-time matter
+    return _tidy(sympy.Min(d, e))
+
+
+@shape_rule("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin")
+def _reduce(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+            opset: int) -> list[Shape | None]:
+    x = s[0]
+    if x is None:
+        return [None]
+    keep = int(a.get("keepdims", 1))
+    if node.op_type in ("ArgMax", "ArgMin"):
+        axes: list[int] | None = [int(a.get("axis", 0))]
+    else:
+        since = 13 if node.op_type == "ReduceSum" else 18
+        has_input = len(node.input) > 1 and bool(node.input[1])
+        axes = _axes(s, v, a, opset, since) if (opset < since or has_input) else None
+        if axes is None and ((opset < since and "axes" in a) or has_input):
+            return [None]
+        if axes is None or not axes:
+            if int(a.get("noop_with_empty_axes", 0)):
+                return [x]
+            axes = list(range(len(x)))
+    assert axes is not None
+    drop = {ax + len(x) if ax < 0 else ax for ax in axes}
+    return [tuple(1 if k in drop else d for k, d in enumerate(x)) if keep else
+            tuple(d for k, d in enumerate(x) if k not in drop)]

@@ -1,0 +1,428 @@
+"""Shape *values* in symbolic dims: what a shape-computing subgraph holds when the graph's dims are names.
+
+Exporters compute Reshape, Expand, Slice and Range arguments from shapes: ``Shape(x) → Gather → Unsqueeze →
+Concat → Reshape`` (HF attention heads), ``Shape(q)[-1] // 2`` (rotate_half), ``Range(0, seq)`` (position ids).
+onnx's C++ inference carries such values only while every entry is a number, so with ``batch`` and ``seq``
+symbolic these outputs stay open. Here a value is a short tuple of dims (ints or sympy expressions in the
+input dims), and one small pure function per op says what the node computes from its inputs' values.
+
+Only what is certain is stated: an entry that cannot be expressed is ``None``, a rule that does not apply
+returns ``None``, and no rule reads a tensor over :data:`MOST` entries, so the work per node is bounded.
+Integer ``Div`` is floor division, exact for the non-negative dims a shape holds; float values (a Cast to
+float for a Ceil) stay exact rationals until they are cast back. A value never comes from a graph input's
+data: only constants, ``Shape``/``Size`` and ops over those (the caller skips value-dependent tensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from graphcost._dims import Dim, simplify_dim
+from graphcost._sym import sympy
+
+MOST = 64
+"""Largest value tracked: shape values are a handful of entries; anything longer is data."""
+
+Elem = Dim | None
+"""One entry of a value: an int, an expression in the input dims, or None (not known here)."""
+Shape = tuple[Elem, ...]
+"""A tensor's dims as the sweep knows them (None: that dim is open)."""
+
+
+@dataclass(frozen=True)
+class Value:
+    """A small tensor's entries, flattened; ``shape`` is its own shape (``()`` for a scalar)."""
+
+    items: tuple[Elem, ...]
+    shape: tuple[int, ...]
+    floating: bool = False
+    """Float tensor: ``Div`` is true division and a Cast to an integer type truncates."""
+
+    @property
+    def known(self) -> bool:
+        return all(e is not None for e in self.items)
+
+
+ValueRule = Callable[[onnx.NodeProto, list["Value | None"], Mapping[str, Any], int], "Value | None"]
+VALUE_RULES: dict[str, ValueRule] = {}
+
+
+def value_rule(*op_types: str) -> Callable[[ValueRule], ValueRule]:
+    def register(fn: ValueRule) -> ValueRule:
+        for op in op_types:
+            VALUE_RULES[op] = fn
+        return fn
+    return register
+
+
+_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                     onnx.TensorProto.BFLOAT16})
+_INTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+                   onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32,
+                   onnx.TensorProto.UINT64, onnx.TensorProto.BOOL})
+
+
+def constant_value(t: onnx.TensorProto) -> Value | None:
+    """A constant's entries, when it is small, numeric and held in the file itself (an external payload is
+    never read here: its path is the loader's business)."""
+    if t.data_location == onnx.TensorProto.EXTERNAL or t.data_type not in _FLOATS | _INTS:
+        return None
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    if n > MOST:
+        return None
+    a = onnx.numpy_helper.to_array(t).reshape(-1)
+    floating = t.data_type in _FLOATS
+    items: list[Elem] = []
+    for x in a.tolist():
+        if floating:
+            if x != x or x in (float("inf"), float("-inf")):
+                return None
+            items.append(sympy.Rational(x) if not float(x).is_integer() else int(x))
+        else:
+            items.append(int(x))
+    return Value(tuple(items), tuple(int(d) for d in t.dims), floating)
+
+
+def shape_value(shape: Shape, attrs: Mapping[str, Any]) -> Value:
+    """``Shape(x)`` with its ``start``/``end`` attributes (opset 15)."""
+    rank = len(shape)
+    start, end = int(attrs.get("start", 0)), int(attrs.get("end", rank))
+    start, end = (max(0, min(rank, s + rank if s < 0 else s)) for s in (start, end))
+    items = shape[start:end] if end > start else ()
+    return Value(tuple(items), (len(items),))
+
+
+# -- helpers -------------------------------------------------------------------------------------------------
+def _ints(v: Value | None) -> list[int] | None:
+    """Entries that are all plain ints (axes, steps), else None."""
+    if v is None or not all(isinstance(e, int) for e in v.items):
+        return None
+    return [int(e) for e in v.items]  # type: ignore[arg-type]
+
+
+def _axis(axis: int, rank: int) -> int | None:
+    if not -rank <= axis < max(rank, 1):
+        return None
+    return axis + rank if axis < 0 else axis
+
+
+def _simplify(e: Any) -> Elem:
+    if e is None:
+        return None
+    if isinstance(e, bool):
+        return int(e)
+    if isinstance(e, int):
+        return e
+    e = sympy.expand(e)
+    if e.is_Integer:
+        return int(e)
+    if e.is_Rational:  # a float value such as 3/2: kept exact
+        return e
+    return simplify_dim(e) if e.is_integer else e
+
+
+def broadcast_items(a: Value, b: Value) -> tuple[list[tuple[Elem, Elem]], tuple[int, ...]] | None:
+    """Pairs of entries of two values under numpy broadcasting, and the result's shape."""
+    ra, rb = len(a.shape), len(b.shape)
+    rank = max(ra, rb)
+    sa = (1,) * (rank - ra) + a.shape
+    sb = (1,) * (rank - rb) + b.shape
+    out: list[int] = []
+    for x, y in zip(sa, sb, strict=True):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    n = 1
+    for d in out:
+        n *= d
+    if n > MOST:
+        return None
+
+    def index(padded: tuple[int, ...], flat: int) -> int:
+        """Position in an operand (of ``padded`` shape, broadcast to ``out``) of the result's ``flat``-th entry."""
+        k, stride = 0, 1
+        for d, size in zip(reversed(padded), reversed(out), strict=True):
+            if d != 1:
+                k += (flat % size) * stride
+            flat //= size
+            stride *= d
+        return k
+
+    return [(a.items[index(sa, i)], b.items[index(sb, i)]) for i in range(n)], tuple(out)
+
+
+def _binary(fn: Callable[[Any, Any, bool], Elem]) -> ValueRule:
+    def rule(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+        if len(ins) < 2 or ins[0] is None or ins[1] is None:
+            return None
+        pairs = broadcast_items(ins[0], ins[1])
+        if pairs is None:
+            return None
+        floating = ins[0].floating or ins[1].floating
+        items = tuple(None if x is None or y is None else _simplify(fn(x, y, floating)) for x, y in pairs[0])
+        return Value(items, pairs[1], floating)
+    return rule
+
+
+def _div(x: Any, y: Any, floating: bool) -> Elem:
+    if isinstance(y, int) and y == 0:
+        return None
+    if floating:
+        return sympy.Rational(x, y) if isinstance(x, int) and isinstance(y, int) else x / y
+    if isinstance(x, int) and isinstance(y, int):
+        return abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)  # truncation, as ONNX integer Div
+    return sympy.floor(x / y)  # shape entries are non-negative: truncation is floor
+
+
+def _mod(x: Any, y: Any, floating: bool) -> Elem:
+    if isinstance(x, int) and isinstance(y, int) and y != 0 and not floating:
+        return x % y if (x >= 0) == (y > 0) else None  # sign rules differ with fmod: only the plain case
+    return None
+
+
+def _compare(op: str) -> Callable[[Any, Any, bool], Elem]:
+    def fn(x: Any, y: Any, floating: bool) -> Elem:
+        diff = _simplify(x - y)
+        if isinstance(diff, int):
+            return int({"Equal": diff == 0, "Less": diff < 0, "LessOrEqual": diff <= 0, "Greater": diff > 0,
+                        "GreaterOrEqual": diff >= 0}[op])
+        if diff is None:
+            return None
+        if op == "Equal" and diff.is_number and diff != 0:
+            return 0
+        # a dim is non-negative: "d == -1" (HF's reshape fix-up) is known false, "d >= 0" true
+        if isinstance(y, int) and y < 0 and x.is_nonnegative:
+            return int(op in ("Greater", "GreaterOrEqual"))
+        return None
+    return fn
+
+
+value_rule("Add")(_binary(lambda x, y, f: x + y))
+value_rule("Sub")(_binary(lambda x, y, f: x - y))
+value_rule("Mul")(_binary(lambda x, y, f: x * y))
+value_rule("Div")(_binary(_div))
+value_rule("Mod")(_binary(_mod))
+value_rule("Max")(_binary(lambda x, y, f: sympy.Max(x, y) if not (isinstance(x, int) and isinstance(y, int))
+                          else max(x, y)))
+value_rule("Min")(_binary(lambda x, y, f: sympy.Min(x, y) if not (isinstance(x, int) and isinstance(y, int))
+                          else min(x, y)))
+for _op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"):
+    value_rule(_op)(_binary(_compare(_op)))
+value_rule("And")(_binary(lambda x, y, f: int(bool(x) and bool(y)) if isinstance(x, int) and isinstance(y, int)
+                          else (0 if 0 in (x, y) else None)))
+value_rule("Or")(_binary(lambda x, y, f: int(bool(x) or bool(y)) if isinstance(x, int) and isinstance(y, int)
+                         else (1 if 1 in (x, y) else None)))
+
+
+def _unary(fn: Callable[[Any, bool], Elem]) -> ValueRule:
+    def rule(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+        v = ins[0] if ins else None
+        if v is None:
+            return None
+        return Value(tuple(None if e is None else _simplify(fn(e, v.floating)) for e in v.items), v.shape,
+                     v.floating)
+    return rule
+
+
+value_rule("Neg")(_unary(lambda e, f: -e))
+value_rule("Abs")(_unary(lambda e, f: abs(e) if isinstance(e, int) else (e if e.is_nonnegative else None)))
+value_rule("Floor")(_unary(lambda e, f: sympy.floor(e)))
+value_rule("Ceil")(_unary(lambda e, f: sympy.ceiling(e)))
+value_rule("Not")(_unary(lambda e, f: int(not e) if isinstance(e, int) else None))
+value_rule("Identity")(_unary(lambda e, f: e))
+
+
+@value_rule("Cast")
+def _cast(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    v = ins[0] if ins else None
+    to = int(attrs.get("to", 0))
+    if v is None or to not in _FLOATS | _INTS:
+        return None
+    if to in _FLOATS:
+        return Value(v.items, v.shape, True)
+    if to == onnx.TensorProto.BOOL:
+        return Value(tuple(None if e is None else (int(e != 0) if isinstance(e, int) else None) for e in v.items),
+                     v.shape)
+    if v.floating:  # to an integer type: truncation toward zero, floor for the non-negative values shapes hold
+        items = tuple(None if e is None else (int(e) if isinstance(e, int) else
+                                              (_simplify(sympy.floor(e)) if e.is_nonnegative else None))
+                      for e in v.items)
+        return Value(items, v.shape)
+    return Value(v.items, v.shape)
+
+
+@value_rule("Gather")
+def _gather(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    data, idx = [*ins, None, None][:2]
+    index = _ints(idx)
+    if data is None or idx is None or index is None or len(data.shape) != 1 or int(attrs.get("axis", 0)) not in (0, -1):
+        return None
+    n = data.shape[0]
+    picked: list[Elem] = []
+    for i in index:
+        if not -n <= i < n:
+            return None
+        picked.append(data.items[i + n if i < 0 else i])
+    return Value(tuple(picked), idx.shape)
+
+
+@value_rule("Slice")
+def _slice(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    data = ins[0] if ins else None
+    if data is None or len(data.shape) != 1:
+        return None
+    if opset < 10:
+        starts: list[int] | None = list(attrs.get("starts", []))
+        ends: list[int] | None = list(attrs.get("ends", []))
+        axes: list[int] | None = list(attrs.get("axes", [0]))
+        steps: list[int] | None = [1]
+    else:
+        starts, ends = _ints(ins[1] if len(ins) > 1 else None), _ints(ins[2] if len(ins) > 2 else None)
+        axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else [0]
+        steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1]
+    if not starts or not ends or axes not in ([0], [-1]) or steps is None or len(starts) != 1 or len(ends) != 1:
+        return None
+    n = data.shape[0]
+    picked = data.items[slice(*slice(starts[0], ends[0], steps[0]).indices(n))] if steps[0] else None
+    return None if picked is None else Value(tuple(picked), (len(picked),))
+
+
+@value_rule("Concat")
+def _concat(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    if not ins or any(v is None or len(v.shape) != 1 for v in ins):
+        return None
+    items = tuple(e for v in ins if v is not None for e in v.items)
+    if len(items) > MOST:
+        return None
+    return Value(items, (len(items),), any(v is not None and v.floating for v in ins))
+
+
+@value_rule("Unsqueeze", "Squeeze", "Reshape", "Flatten")
+def _regroup(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    """Same entries, another shape (a value's own shape is all numbers, so each op's rule is plain)."""
+    v = ins[0] if ins else None
+    if v is None:
+        return None
+    shape = _regrouped(node.op_type, v, ins, attrs, opset)
+    if shape is None or _count(shape) != len(v.items):
+        return None
+    return Value(v.items, shape, v.floating)
+
+
+def _regrouped(op: str, v: Value, ins: list[Value | None], attrs: Mapping[str, Any],
+               opset: int) -> tuple[int, ...] | None:
+    second = ins[1] if len(ins) > 1 else None
+    if op == "Reshape":
+        target = _ints(second)
+        if target is None or target.count(-1) > 1:
+            return None
+        dims = [v.shape[k] if d == 0 and not attrs.get("allowzero", 0) and k < len(v.shape) else d
+                for k, d in enumerate(target)]
+        if -1 in dims:
+            rest = _count([d for d in dims if d != -1]) or 1
+            dims[dims.index(-1)] = len(v.items) // rest
+        return tuple(dims)
+    if op == "Flatten":
+        axis = int(attrs.get("axis", 1))
+        axis = axis + len(v.shape) if axis < 0 else axis
+        return (_count(v.shape[:axis]), _count(v.shape[axis:]))
+    axes = list(attrs["axes"]) if opset < 13 and "axes" in attrs else _ints(second)
+    if op == "Unsqueeze":
+        if axes is None:
+            return None
+        rank = len(v.shape) + len(axes)
+        where = {a + rank if a < 0 else a for a in axes}
+        if len(where) != len(axes) or not all(0 <= a < rank for a in where):
+            return None
+        dims_it = iter(v.shape)
+        return tuple(1 if k in where else next(dims_it) for k in range(rank))
+    if axes is None:  # Squeeze with no axes: every 1 goes
+        return tuple(d for d in v.shape if d != 1)
+    drop = {a + len(v.shape) if a < 0 else a for a in axes}
+    return tuple(d for k, d in enumerate(v.shape) if k not in drop)
+
+
+@value_rule("Range")
+def _range(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    args = [_ints(v) for v in [*ins, None, None, None][:3]]
+    if any(a is None or len(a) != 1 for a in args):
+        return None
+    start, limit, delta = (a[0] for a in args if a is not None)
+    if delta == 0:
+        return None
+    items = tuple(range(start, limit, delta))
+    return Value(items, (len(items),)) if len(items) <= MOST else None
+
+
+@value_rule("ConstantOfShape")
+def _constant_of_shape(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any],
+                       opset: int) -> Value | None:
+    dims = _ints(ins[0] if ins else None)
+    t = attrs.get("value")
+    fill = constant_value(t) if isinstance(t, onnx.TensorProto) else Value((0,), (1,), True)
+    if dims is None or fill is None or len(fill.items) != 1 or any(d < 0 for d in dims):
+        return None
+    n = 1
+    for d in dims:
+        n *= d
+    return Value(fill.items * n, tuple(dims), fill.floating) if n <= MOST else None
+
+
+@value_rule("Expand")
+def _expand(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    v, dims = [*ins, None, None][0], _ints(ins[1] if len(ins) > 1 else None)
+    if v is None or dims is None:
+        return None
+    target = Value((0,) * _count(dims), tuple(dims))
+    pairs = broadcast_items(v, target)
+    return None if pairs is None else Value(tuple(x for x, _ in pairs[0]), pairs[1], v.floating)
+
+
+@value_rule("Where")
+def _where(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    if len(ins) < 3 or any(v is None for v in ins[:3]):
+        return None
+    cond, x, y = ins[0], ins[1], ins[2]
+    assert cond is not None and x is not None and y is not None
+    first = broadcast_items(cond, x)
+    if first is None:
+        return None
+    joined = Value(tuple(c if c is None else (xv if c else 0) for c, xv in first[0]), first[1], x.floating)
+    flags = Value(tuple(c for c, _ in first[0]), first[1])
+    second, third = broadcast_items(joined, y), broadcast_items(flags, y)
+    if second is None or third is None:
+        return None
+    items = tuple(None if c is None else (xv if c else yv) for (xv, yv), (c, _) in zip(second[0], third[0],
+                                                                                         strict=True))
+    return Value(items, second[1], x.floating or y.floating)
+
+
+@value_rule("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin")
+def _reduce(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    v = ins[0] if ins else None
+    if v is None or len(v.shape) > 1 or any(e is None for e in v.items) or (len(ins) > 1 and ins[1] is not None):
+        return None  # only a whole-vector reduction (no axes input) of a shape: numel, a rank sum
+    if "axes" in attrs and list(attrs["axes"]) not in ([0], [-1]):
+        return None
+    out: Any = None
+    for e in v.items:
+        out = e if out is None else {"ReduceProd": lambda a, b: a * b, "ReduceSum": lambda a, b: a + b,
+                                     "ReduceMax": lambda a, b: sympy.Max(a, b),
+                                     "ReduceMin": lambda a, b: sympy.Min(a, b)}[node.op_type](out, e)
+    if out is None:
+        return None
+    keep = int(attrs.get("keepdims", 1))
+    return Value((_simplify(out),), (1,) * len(v.shape) if keep else (), v.floating)
+
+
+def _count(dims: Sequence[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n if n <= MOST else MOST + 1

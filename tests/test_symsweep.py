@@ -1,0 +1,184 @@
+"""graphcost's symbolic sweep (passes/_symsweep.py, passes/_symvalues.py): the shapes onnx's C++ inference
+leaves open in symbolic dims, stated in the input dims without onnx-shape-inference.
+
+Each graph is the pattern a real exporter writes (HF attention-head Reshape, rotate_half Slice, position-id
+Range, the Where(Equal(shape, -1)) fix-up before an Expand); the expected dims are read off the graph.
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx.helper as h
+import onnx.parser
+import pytest
+from onnx import TensorProto as T
+
+from graphcost import analyze
+from graphcost._dims import symbol
+from graphcost.load import Model
+from graphcost.passes import _symvalues, shapes
+
+
+def _dims(result: shapes.ShapeResult, name: str) -> list[int | str]:
+    t = result.types[name].tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in t]
+
+
+def _infer(text: str) -> shapes.ShapeResult:
+    return shapes.infer_shapes(Model(onnx.parser.parse_model(text), None, None))
+
+
+HEADS = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[batch, seq, 64] x, float[16, 8] w) => (float[?, ?, ?, ?] y, float[?, ?, ?, ?] half) {
+  s = Shape(x)
+  i0 = Constant<value = int64 {0}>()
+  i1 = Constant<value = int64 {1}>()
+  b = Gather<axis = 0>(s, i0)
+  n = Gather<axis = 0>(s, i1)
+  ax = Constant<value = int64[1] {0}>()
+  b1 = Unsqueeze(b, ax)
+  n1 = Unsqueeze(n, ax)
+  minus = Constant<value = int64[1] {-1}>()
+  hd = Constant<value = int64[1] {16}>()
+  target = Concat<axis = 0>(b1, n1, minus, hd)
+  r = Reshape(x, target)
+  q = Transpose<perm = [0, 2, 1, 3]>(r)
+  y = MatMul(q, w)
+  sq = Shape(q)
+  last = Constant<value = int64 {-1}>()
+  d = Gather<axis = 0>(sq, last)
+  two = Constant<value = int64 {2}>()
+  mid = Div(d, two)
+  mid1 = Unsqueeze(mid, ax)
+  zero = Constant<value = int64[1] {0}>()
+  big = Constant<value = int64[1] {9223372036854775807}>()
+  lastax = Constant<value = int64[1] {-1}>()
+  x1 = Slice(q, zero, mid1, lastax)
+  x2 = Slice(q, mid1, big, lastax)
+  nx2 = Neg(x2)
+  half = Concat<axis = -1>(nx2, x1)
+}
+"""
+
+
+def test_attention_heads_and_rotate_half_resolve_without_the_engine() -> None:
+    result = _infer(HEADS)
+    assert "onnx-shape-inference" not in result.engines and "graphcost-sweep" in result.engines
+    # the -1 is 64*batch*seq / (batch*seq*16) = 4 heads
+    assert _dims(result, "r") == ["batch", "seq", 4, 16]
+    assert _dims(result, "q") == ["batch", 4, "seq", 16]
+    assert _dims(result, "y") == ["batch", 4, "seq", 8]
+    # rotate_half: the last dim 16 is static here, so each half is 8 and the Concat 16
+    assert _dims(result, "x1") == ["batch", 4, "seq", 8]
+    assert _dims(result, "half") == ["batch", 4, "seq", 16]
+
+
+def test_a_symbolic_last_dim_halves_in_floor_division() -> None:
+    result = _infer("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[batch, d] x) => (float[?, ?] y) {
+      s = Shape(x)
+      last = Constant<value = int64 {-1}>()
+      n = Gather<axis = 0>(s, last)
+      two = Constant<value = int64 {2}>()
+      mid = Div(n, two)
+      ax = Constant<value = int64[1] {0}>()
+      mid1 = Unsqueeze(mid, ax)
+      zero = Constant<value = int64[1] {0}>()
+      big = Constant<value = int64[1] {9223372036854775807}>()
+      one = Constant<value = int64[1] {1}>()
+      x1 = Slice(x, zero, mid1, one)
+      x2 = Slice(x, mid1, big, one)
+      y = Concat<axis = 1>(x2, x1)
+    }
+    """)
+    assert _dims(result, "x1") == ["batch", "floor(d/2)"]  # x[:, :d // 2]
+    assert _dims(result, "x2") == ["batch", "d - floor(d/2)"]  # x[:, d // 2:]: the odd entry goes here
+    assert _dims(result, "y") == ["batch", "d"]
+
+
+def test_position_ids_and_the_expand_fix_up_resolve() -> None:
+    result = _infer("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (int64[batch, seq] ids, float[batch, 1, 1, seq] m) => (float[?, ?, ?, ?] y, int64[?, ?] pos) {
+      s = Shape(ids)
+      i0 = Constant<value = int64 {0}>()
+      i1 = Constant<value = int64 {1}>()
+      n = Gather<axis = 0>(s, i1)
+      b = Gather<axis = 0>(s, i0)
+      one = Constant<value = int64 {1}>()
+      r = Range(i0, n, one)
+      ax = Constant<value = int64[1] {0}>()
+      pos = Unsqueeze(r, ax)
+      b1 = Unsqueeze(b, ax)
+      n1 = Unsqueeze(n, ax)
+      o1 = Constant<value = int64[1] {1}>()
+      shape = Concat<axis = 0>(b1, o1, n1, n1)
+      minus = Constant<value = int64[4] {-1, -1, -1, -1}>()
+      is_minus = Equal(shape, minus)
+      ones = Constant<value = int64[4] {1, 1, 1, 1}>()
+      fixed = Where(is_minus, ones, shape)
+      y = Expand(m, fixed)
+    }
+    """)
+    assert "onnx-shape-inference" not in result.engines
+    assert _dims(result, "r") == ["seq"]  # Range(0, seq, 1)
+    assert _dims(result, "pos") == [1, "seq"]
+    # a dim is never -1, so Where keeps [batch, 1, seq, seq]; Expand broadcasts m's [batch, 1, 1, seq] to it
+    assert _dims(result, "y") == ["batch", 1, "seq", "seq"]
+
+
+def test_the_resolved_shapes_price_the_nodes_in_the_input_dims() -> None:
+    report = analyze(onnx.parser.parse_model(HEADS), dims={"batch": 2, "seq": 5}, fusion=False, memory=False,
+                     batchnorm=False)
+    matmul = next(n for n in report.nodes if n.op_type == "MatMul")
+    assert matmul.macs == 2 * 4 * 5 * 16 * 8  # batch * heads * seq rows, 16 deep, 8 wide
+    assert matmul.flops == 2 * matmul.macs  # one MAC is 2 FLOPs
+    assert report.totals.unknown_nodes == 0
+
+
+def test_two_different_symbols_are_not_broadcast_by_guess() -> None:
+    result = _infer("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[a, 3] x, float[c, 3] z) => (float[?, ?] y) {
+      sz = Shape(z)
+      y = Expand(x, sz)
+    }
+    """)
+    # a against c: either may be 1 at run time, so the sweep states nothing for axis 0 (another engine may)
+    assert "graphcost-sweep" not in result.engines
+
+
+@pytest.mark.parametrize(("x", "y", "want"), [(7, 2, 3), (-7, 2, -3), (7, -2, -3), (6, 3, 2)])
+def test_integer_div_truncates_as_onnx_says(x: int, y: int, want: int) -> None:
+    a = _symvalues.Value((x,), ())
+    b = _symvalues.Value((y,), ())
+    got = _symvalues.VALUE_RULES["Div"](h.make_node("Div", ["a", "b"], ["c"]), [a, b], {}, 17)
+    assert got is not None and got.items == (want,)
+
+
+def test_a_dim_compared_with_minus_one_is_known_unequal_and_other_comparisons_stay_open() -> None:
+    node = h.make_node("Equal", ["a", "b"], ["c"])
+    dims = _symvalues.Value((symbol("seq"), symbol("seq")), (2,))
+    got = _symvalues.VALUE_RULES["Equal"](node, [dims, _symvalues.Value((-1, 1), (2,))], {}, 17)
+    assert got is not None and got.items == (0, None)  # seq == -1 is false; seq == 1 is not known
+
+
+def test_an_external_constant_is_never_read() -> None:
+    t = h.make_tensor("c", T.INT64, [2], [3, 4])
+    assert _symvalues.constant_value(t) is not None
+    t.data_location = T.EXTERNAL
+    t.external_data.add(key="location", value="../../etc/passwd")
+    assert _symvalues.constant_value(t) is None  # the sweep reads only what the file itself holds
+
+
+def test_a_fed_initializer_has_no_value() -> None:
+    # an initializer that is also a graph input may be overridden at run time: its stored entries are no value
+    model = h.make_model(h.make_graph(
+        [h.make_node("Reshape", ["x", "t"], ["y"])], "g",
+        [h.make_tensor_value_info("x", T.FLOAT, ["n", 4]), h.make_tensor_value_info("t", T.INT64, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)], initializer=[h.make_tensor("t", T.INT64, [2], [-1, 2])]),
+        opset_imports=[h.make_opsetid("", 17)])
+    result = shapes.infer_shapes(Model(model, None, None))
+    assert "graphcost-sweep" not in result.engines
