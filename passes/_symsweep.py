@@ -13,8 +13,9 @@ small rule per op for the output dims, in the input dims' names. Every dim it st
 ONNX semantics for non-negative dims; a dim it cannot state is None and the tensor is not seeded, so the
 engines still decide it. The caller seeds what this returns as value_info and lets onnx carry it on.
 
-Broadcasting two dims (Add, Where, Expand...): a number other than 1 wins, 1 gives way, equal dims stay;
-two different expressions are not decided (either could be 1 at run time).
+Broadcasting two dims (Add, Where, Expand...): a number other than 1 wins, 1 gives way, equal dims stay; a plain
+dim ``s`` against an expression that is 1 at ``s = 1`` is ``s`` (``seq`` against ``Min(512, seq)``: equal, or
+both 1, in any valid model); other pairs of different expressions are not decided (either could be 1).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def sweep(graph: onnx.GraphProto, types: Mapping[str, onnx.TypeProto], known: fr
         op = node.op_type
         ins = list(node.input)
         open_outs = [o for o in outs if o and walk.is_open(o)]
-        has_value = any(i in walk.values for i in ins)
+        has_value = any(i in walk.values or i in walk.consts for i in ins)
         if not open_outs and not (has_value or op in ("Constant", "Shape", "Size")):
             continue
         attrs = _attrs(node) if node.attribute else {}
@@ -66,7 +67,7 @@ def sweep(graph: onnx.GraphProto, types: Mapping[str, onnx.TypeProto], known: fr
         if not open_outs or (fn := SHAPE_RULES.get(op)) is None:
             continue
         try:
-            shapes = fn(node, [walk.shape(i) if i else None for i in ins], [walk.values.get(i) for i in ins],
+            shapes = fn(node, [walk.shape(i) if i else None for i in ins], [walk.value(i) for i in ins],
                         attrs, opset)
         except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError):
             continue  # a malformed node: the engines say what they can
@@ -107,6 +108,10 @@ class _Walk:
         self.types, self.known = types, known
         self.shapes: dict[str, Shape | None] = {}
         self.values: dict[str, Value] = {}
+        self.consts: dict[str, onnx.TensorProto] = {}
+        """Constants not read yet: an initializer or a Constant's tensor is decoded when a rule first asks (LLaMA-32
+        holds 3,306, most of them never a shape value)."""
+        self._by_type: dict[bytes, Shape | None] = {}
         self.elems: dict[str, int] = {}
         self._parsed: dict[str, Elem] = {}
         self._texts: dict[Any, str] = {}
@@ -116,8 +121,16 @@ class _Walk:
         for t in graph.initializer:
             self.shapes[t.name] = tuple(int(d) for d in t.dims)
             self.elems[t.name] = t.data_type
-            if t.name not in inputs and (v := constant_value(t)) is not None:
-                self.values[t.name] = v
+            if t.name not in inputs:
+                self.consts[t.name] = t
+
+    def value(self, name: str) -> Value | None:
+        v = self.values.get(name)
+        if v is None and name in self.consts:
+            v = constant_value(self.consts.pop(name))
+            if v is not None:
+                self.values[name] = v
+        return v
 
     def dim(self, d: onnx.TensorShapeProto.Dimension) -> Elem:
         if d.HasField("dim_value"):
@@ -126,9 +139,9 @@ class _Walk:
         if not text:
             return None
         if text not in self._parsed:
-            d = self._parsed[text] = parse_dim(text) if text_names(text) <= self.known else None
-            if d is not None and not isinstance(d, int):
-                self._texts.setdefault(d, text)
+            e = self._parsed[text] = parse_dim(text) if text_names(text) <= self.known else None
+            if e is not None and not isinstance(e, int):
+                self._texts.setdefault(e, text)
         return self._parsed[text]
 
     def shape(self, name: str) -> Shape | None:
@@ -138,8 +151,13 @@ class _Walk:
         s: Shape | None = None
         if t is not None and t.HasField("tensor_type"):
             self.elems[name] = t.tensor_type.elem_type
-            if t.tensor_type.HasField("shape"):
-                s = tuple(self.dim(d) for d in t.tensor_type.shape.dim)
+            key = t.SerializeToString()  # real models repeat a few hundred types: each is read once
+            if key in self._by_type:
+                s = self._by_type[key]
+            else:
+                if t.tensor_type.HasField("shape"):
+                    s = tuple(self.dim(d) for d in t.tensor_type.shape.dim)
+                self._by_type[key] = s
         self.shapes[name] = s
         return s
 
@@ -155,7 +173,8 @@ class _Walk:
         if op == "Constant":
             t = attrs.get("value")
             if isinstance(t, onnx.TensorProto):
-                v = constant_value(t)
+                self.consts[outs[0]] = t
+                return
             elif "value_int" in attrs:
                 v = Value((int(attrs["value_int"]),), ())
             elif "value_ints" in attrs and len(attrs["value_ints"]) <= MOST:
@@ -168,7 +187,7 @@ class _Walk:
             v = None if s is None or any(d is None for d in s) else Value((prod(s),), ())  # type: ignore[arg-type]
         elif (fn := VALUE_RULES.get(op)) is not None:
             try:
-                v = fn(node, [self.values.get(i) for i in ins], attrs, opset)
+                v = fn(node, [self.value(i) for i in ins], attrs, opset)
             except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError):
                 v = None
         if v is not None:
@@ -232,7 +251,15 @@ def broadcast_dim(a: Elem, b: Elem) -> Elem:
         return a  # a number other than 1 against an expression: the number (or the model is invalid)
     if isinstance(b, int):
         return b
-    return a if sympy.expand(a - b) == 0 else None
+    if sympy.expand(a - b) == 0:
+        return a
+    # a plain dim s against an expression that is 1 at s = 1 (seq against Min(512, seq)): in a valid model the
+    # two are equal or one is 1, and if s is 1 so is the other, so s is the result in every case
+    if a.is_Symbol and b.subs(a, 1) == 1:
+        return a
+    if b.is_Symbol and a.subs(b, 1) == 1:
+        return b
+    return None
 
 
 def broadcast(shapes: Sequence[Shape | None]) -> Shape | None:
@@ -267,7 +294,9 @@ _SAME = ("Neg", "Cast", "CastLike", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sq
          "IsNaN", "IsInf", "Not", "Erf", "Softmax", "LogSoftmax", "Identity", "Abs", "Floor", "Ceil", "Round",
          "Sign", "Gelu", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish",
          "Trilu", "CumSum", "Clip", "Dropout", "LayerNormalization", "Hardmax", "Celu", "ThresholdedRelu",
-         "BitwiseNot", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")
+         "BitwiseNot", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+         "BatchNormalization", "InstanceNormalization", "GroupNormalization", "LRN", "MeanVarianceNormalization",
+         "RMSNormalization", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Shrink")
 
 
 @shape_rule(*_SAME)
@@ -555,3 +584,102 @@ def _reduce(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], 
     drop = {ax + len(x) if ax < 0 else ax for ax in axes}
     return [tuple(1 if k in drop else d for k, d in enumerate(x)) if keep else
             tuple(d for k, d in enumerate(x) if k not in drop)]
+
+
+@shape_rule("Conv", "ConvInteger", "MaxPool", "AveragePool", "LpPool")
+def _window(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+            opset: int) -> list[Shape | None]:
+    """``[N, C, *spatial]`` through a sliding window: each spatial dim becomes
+    ``floor((d + pads - dilation·(k - 1) - 1) / stride) + 1`` (``ceil(d / stride)`` under SAME padding). A
+    pool's ``ceil_mode`` over an expression is left open (ONNX drops a last window that starts in the
+    padding, which no closed form here says)."""
+    x = s[0]
+    conv = node.op_type in ("Conv", "ConvInteger")
+    w = s[1] if conv and len(s) > 1 else None
+    if x is None or len(x) < 3 or (conv and (w is None or len(w) != len(x))):
+        return [None]
+    spatial = len(x) - 2
+    kernel = list(a["kernel_shape"]) if "kernel_shape" in a else (list(w[2:]) if w is not None else None)
+    if kernel is None or len(kernel) != spatial or not all(isinstance(k, int) for k in kernel):
+        return [None]
+    strides = list(a.get("strides", [1] * spatial))
+    dilations = list(a.get("dilations", [1] * spatial))
+    pads = list(a.get("pads", [0] * (2 * spatial)))
+    auto = a.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    ceil = bool(a.get("ceil_mode", 0)) and not conv
+    out: list[Elem] = [x[0], w[0] if w is not None else x[1]]
+    for k in range(spatial):
+        d = x[k + 2]
+        if d is None:
+            out.append(None)
+            continue
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(_tidy(sympy.ceiling(sympy.Rational(1, strides[k]) * d)))
+            continue
+        span = d - dilations[k] * (kernel[k] - 1) - 1 + (0 if auto == "VALID" else pads[k] + pads[k + spatial])
+        if ceil and not isinstance(d, int):
+            out.append(None)
+            continue
+        step = (sympy.ceiling if ceil else sympy.floor)(sympy.Rational(1, strides[k]) * span)
+        out.append(_tidy(step + 1))
+    return [tuple(out)]
+
+
+@shape_rule("Resize", "Upsample")
+def _resize(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+            opset: int) -> list[Shape | None]:
+    """Target sizes as given, or ``floor(d · scale)`` (the ONNX rule, exact for rational scales). A resize
+    with ``axes``, an aspect-ratio policy or ``tf_crop_and_resize`` is left to the engines."""
+    x = s[0]
+    if x is None or "axes" in a or a.get("keep_aspect_ratio_policy", b"stretch") not in (b"stretch", "stretch") or \
+            a.get("coordinate_transformation_mode", b"") in (b"tf_crop_and_resize", "tf_crop_and_resize"):
+        return [None]
+    if node.op_type == "Upsample" or opset < 11:
+        scales, sizes = (v[1] if len(v) > 1 else None), None
+    else:
+        scales, sizes = (v[2] if len(v) > 2 else None), (v[3] if len(v) > 3 else None)
+    if sizes is not None and sizes.items:
+        return [tuple(sizes.items)] if len(sizes.items) == len(x) else [None]
+    if scales is None or len(scales.items) != len(x):
+        return [None]
+    return [tuple(None if d is None or f is None else _tidy(sympy.floor(d * f)) if not isinstance(d, int) or
+                  not isinstance(f, int) else d * f for d, f in zip(x, scales.items, strict=True))]
+
+
+@shape_rule("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+def _global_pool(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+                 opset: int) -> list[Shape | None]:
+    x = s[0]
+    return [None if x is None or len(x) < 3 else (x[0], x[1], *([1] * (len(x) - 2)))]
+
+
+@shape_rule("ConvTranspose")
+def _conv_transpose(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+                    opset: int) -> list[Shape | None]:
+    """``stride·(d - 1) + output_padding + dilation·(k - 1) + 1 - pads`` per spatial dim (``d·stride`` under
+    SAME padding); an explicit ``output_shape`` is left to the engines."""
+    x, w = s[0], s[1] if len(s) > 1 else None
+    if x is None or w is None or len(x) < 3 or len(w) != len(x) or "output_shape" in a or w[1] is None:
+        return [None]
+    spatial = len(x) - 2
+    kernel = list(a["kernel_shape"]) if "kernel_shape" in a else list(w[2:])
+    if len(kernel) != spatial or not all(isinstance(k, int) for k in kernel):
+        return [None]
+    strides = list(a.get("strides", [1] * spatial))
+    dilations = list(a.get("dilations", [1] * spatial))
+    pads = list(a.get("pads", [0] * (2 * spatial)))
+    extra = list(a.get("output_padding", [0] * spatial))
+    auto = a.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    out: list[Elem] = [x[0], _tidy(w[1] * int(a.get("group", 1)))]
+    for k in range(spatial):
+        d = x[k + 2]
+        if d is None:
+            out.append(None)
+        elif auto in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(_tidy(d * strides[k]))
+        else:
+            trimmed = 0 if auto == "VALID" else pads[k] + pads[k + spatial]
+            out.append(_tidy(strides[k] * (d - 1) + extra[k] + dilations[k] * (kernel[k] - 1) + 1 - trimmed))
+    return [tuple(out)]

@@ -11,10 +11,11 @@ import onnx
 import onnx.helper as h
 import onnx.parser
 import pytest
+import sympy
 from onnx import TensorProto as T
 
 from graphcost import analyze
-from graphcost._dims import symbol
+from graphcost._dims import parse_dim, symbol
 from graphcost.load import Model
 from graphcost.passes import _symvalues, shapes
 
@@ -182,3 +183,50 @@ def test_a_fed_initializer_has_no_value() -> None:
         opset_imports=[h.make_opsetid("", 17)])
     result = shapes.infer_shapes(Model(model, None, None))
     assert "graphcost-sweep" not in result.engines
+
+
+def test_a_plain_dim_against_its_clamp_broadcasts_to_the_plain_dim() -> None:
+    result = _infer("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[batch, seq, 8] x, float[1, 512, 8] table) => (float[?, ?, ?] y) {
+      zero = Constant<value = int64[1] {0}>()
+      s = Shape(x)
+      one = Constant<value = int64[1] {1}>()
+      two = Constant<value = int64[1] {2}>()
+      n = Slice(s, one, two)
+      pos = Slice(table, zero, n, one)
+      y = Add(x, pos)
+    }
+    """)
+    assert _dims(result, "pos") == [1, "Min(512, seq)", 8]  # table[:, :seq], clamped to the table's 512 rows
+    # seq against Min(512, seq): equal when seq <= 512, both 1 when seq is 1; any other seq fails at run time
+    assert _dims(result, "y") == ["batch", "seq", 8]
+    assert "onnx-shape-inference" not in result.engines
+
+
+def test_windows_in_symbolic_spatial_dims() -> None:
+    result = _infer("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[n, 3, h, w] x, float[8, 3, 3, 3] k, float[8, 8, 2, 2] kt) => (float[?, ?, ?, ?] y) {
+      c = Conv<strides = [2, 2], pads = [1, 1, 1, 1]>(x, k)
+      p = MaxPool<kernel_shape = [2, 2], strides = [2, 2]>(c)
+      s = Conv<strides = [2, 2], auto_pad = "SAME_UPPER">(x, k)
+      t = ConvTranspose<strides = [2, 2]>(p, kt)
+      g = GlobalAveragePool(t)
+      scales = Constant<value = float[4] {1.0, 1.0, 2.0, 2.0}>()
+      roi = Constant<value = float[0] {}>()
+      y = Resize<mode = "nearest">(g, roi, scales)
+    }
+    """)
+    assert "onnx-shape-inference" not in result.engines
+    h, w = symbol("h"), symbol("w")
+    c = [parse_dim(d) if isinstance(d, str) else d for d in _dims(result, "c")]
+    assert c == [symbol("n"), 8, sympy.floor((h + 1 + 1 - (3 - 1) - 1) / 2) + 1,  # pads 1 + 1, kernel 3, stride 2
+                 sympy.floor((w - 1) / 2) + 1]
+    assert _dims(result, "s") == ["n", 8, "ceiling(h/2)", "ceiling(w/2)"]  # SAME: ceil(d / stride)
+    p = parse_dim(str(_dims(result, "p")[2]))
+    assert p == sympy.floor((c[2] - (2 - 1) - 1) / 2) + 1  # the pool: kernel 2, stride 2, no pads
+    t = parse_dim(str(_dims(result, "t")[2]))
+    assert t == 2 * (p - 1) + (2 - 1) + 1  # ConvTranspose: stride·(d - 1) + dilation·(k - 1) + 1
+    assert _dims(result, "g") == ["n", 8, 1, 1]
+    assert _dims(result, "y") == ["n", 8, 2, 2]  # floor(1 · 2) per spatial dim
