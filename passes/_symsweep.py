@@ -251,8 +251,10 @@ def broadcast_dim(a: Elem, b: Elem) -> Elem:
         return a  # a number other than 1 against an expression: the number (or the model is invalid)
     if isinstance(b, int):
         return b
-    if sympy.expand(a - b) == 0:
+    if sympy.expand(a - b) == 0 or _clamped(b, a):
         return a
+    if _clamped(a, b):  # Max(0, n - 1) against n - 1: the same dim wherever n - 1 is one (a dim is never negative)
+        return b
     # a plain dim s against an expression that is 1 at s = 1 (seq against Min(512, seq)): in a valid model the
     # two are equal or one is 1, and if s is 1 so is the other, so s is the result in every case
     if a.is_Symbol and b.subs(a, 1) == 1:
@@ -260,6 +262,11 @@ def broadcast_dim(a: Elem, b: Elem) -> Elem:
     if b.is_Symbol and a.subs(b, 1) == 1:
         return b
     return None
+
+
+def _clamped(e: Any, d: Any) -> bool:
+    """Whether ``e`` is ``Max(0, d)``: equal to ``d`` wherever ``d`` is a dim (a Slice's clamp on ``n - 1``)."""
+    return bool(e.func is sympy.Max and len(e.args) == 2 and 0 in e.args and d in e.args)
 
 
 def broadcast(shapes: Sequence[Shape | None]) -> Shape | None:

@@ -230,3 +230,22 @@ def test_windows_in_symbolic_spatial_dims() -> None:
     assert t == 2 * (p - 1) + (2 - 1) + 1  # ConvTranspose: stride·(d - 1) + dilation·(k - 1) + 1
     assert _dims(result, "g") == ["n", 8, 1, 1]
     assert _dims(result, "y") == ["n", 8, 2, 2]  # floor(1 · 2) per spatial dim
+
+
+def test_a_dim_against_its_clamp_at_zero_is_the_dim() -> None:
+    # Wav2Vec2's positional conv: a kernel-2 conv on one branch, x[..., :-1] on the other
+    result = _infer("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[batch, 8, t] x, float[8, 8, 2] w) => (float[?, ?, ?] y) {
+      a = Conv(x, w)
+      zero = Constant<value = int64[1] {0}>()
+      minus = Constant<value = int64[1] {-1}>()
+      two = Constant<value = int64[1] {2}>()
+      b = Slice(x, zero, minus, two)
+      y = Add(a, b)
+    }
+    """)
+    assert _dims(result, "a") == ["batch", 8, "t - 1"]  # t - (2 - 1) positions for a kernel of 2
+    assert _dims(result, "b") == ["batch", 8, "Max(0, t - 1)"]  # x[..., :-1], clamped as ONNX says
+    assert _dims(result, "y") == ["batch", 8, "t - 1"]  # equal wherever t - 1 is a dim
+    assert "onnx-shape-inference" not in result.engines
