@@ -20,7 +20,9 @@ both 1, in any valid model); other pairs of different expressions are not decide
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import onnx
@@ -69,7 +71,7 @@ def sweep(graph: onnx.GraphProto, types: Mapping[str, onnx.TypeProto], known: fr
         try:
             shapes = fn(node, [walk.shape(i) if i else None for i in ins], [walk.value(i) for i in ins],
                         attrs, opset)
-        except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError):
+        except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError):
             continue  # a malformed node: the engines say what they can
         for name, shape in zip(outs, shapes, strict=False):
             if name not in open_outs or shape is None:
@@ -188,7 +190,7 @@ class _Walk:
         elif (fn := VALUE_RULES.get(op)) is not None:
             try:
                 v = fn(node, [self.value(i) for i in ins], attrs, opset)
-            except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError):
+            except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError):
                 v = None
         if v is not None:
             self.values[outs[0]] = v
@@ -215,6 +217,8 @@ def _plausible(d: Any) -> bool:
     """A dim the sweep may state: a non-negative int, or an integer expression (never a fraction)."""
     if isinstance(d, int):
         return d >= 0
+    if isinstance(d, Fraction):
+        return False  # an integral one is an int already (``_symvalues._simplify``)
     return bool(d.is_integer) and not d.is_negative
 
 
@@ -445,6 +449,8 @@ def _quotient(n: Any, d: Any) -> Elem:
 def _tidy(d: Elem) -> Elem:
     if d is None or isinstance(d, int):
         return d
+    if isinstance(d, Fraction):
+        return int(d) if d.denominator == 1 else d
     d = sympy.expand(d)
     return int(d) if d.is_Integer else d
 
@@ -498,7 +504,8 @@ def _range(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a
     span = _tidy(limit - start)  # type: ignore[operator]
     if isinstance(span, int):
         return [(max(0, -(-span // delta)),)]
-    return [(span if delta == 1 else _tidy(sympy.ceiling(span / delta)),)]  # a valid model counts up: span >= 0
+    count = span if delta == 1 else _tidy(sympy.ceiling(span / delta))
+    return [(count if count.is_nonnegative else _tidy(sympy.Max(0, count)),)]  # a limit below start: no entries
 
 
 @shape_rule("Slice")
@@ -650,8 +657,9 @@ def _resize(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], 
         return [tuple(sizes.items)] if len(sizes.items) == len(x) else [None]
     if scales is None or len(scales.items) != len(x):
         return [None]
-    return [tuple(None if d is None or f is None else _tidy(sympy.floor(d * f)) if not isinstance(d, int) or
-                  not isinstance(f, int) else d * f for d, f in zip(x, scales.items, strict=True))]
+    return [tuple(None if d is None or f is None else
+                  math.floor(d * f) if isinstance(d, int) and isinstance(f, (int, Fraction)) else
+                  _tidy(sympy.floor(d * f)) for d, f in zip(x, scales.items, strict=True))]
 
 
 @shape_rule("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")

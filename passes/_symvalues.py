@@ -15,10 +15,13 @@ data: only constants, ``Shape``/``Size`` and ops over those (the caller skips va
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import onnx
 
 from graphcost._dims import Dim, simplify_dim
@@ -27,8 +30,9 @@ from graphcost._sym import sympy
 MOST = 64
 """Largest value tracked: shape values are a handful of entries; anything longer is data."""
 
-Elem = Dim | None
-"""One entry of a value: an int, an expression in the input dims, or None (not known here)."""
+Elem = Dim | Fraction | None
+"""One entry of a value: an int, an exact fraction (a float value), an expression in the input dims, or None
+(not known here)."""
 Shape = tuple[Elem, ...]
 """A tensor's dims as the sweep knows them (None: that dim is open)."""
 
@@ -66,9 +70,17 @@ _INTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorPr
                    onnx.TensorProto.UINT64, onnx.TensorProto.BOOL})
 
 
+_RAW: dict[int, str] = {onnx.TensorProto.INT64: "<i8", onnx.TensorProto.INT32: "<i4", onnx.TensorProto.FLOAT: "<f4",
+        onnx.TensorProto.DOUBLE: "<f8", onnx.TensorProto.FLOAT16: "<f2", onnx.TensorProto.INT8: "i1",
+        onnx.TensorProto.UINT8: "u1", onnx.TensorProto.BOOL: "u1", onnx.TensorProto.INT16: "<i2",
+        onnx.TensorProto.UINT16: "<u2", onnx.TensorProto.UINT32: "<u4", onnx.TensorProto.UINT64: "<u8"}
+"""Little-endian layouts of ``raw_data`` (the ONNX spec fixes them), for reading a small constant directly."""
+
+
 def constant_value(t: onnx.TensorProto) -> Value | None:
     """A constant's entries, when it is small, numeric and held in the file itself (an external payload is
-    never read here: its path is the loader's business)."""
+    never read here: its path is the loader's business). Float entries are exact fractions (Python's, so a
+    static model never imports sympy)."""
     if t.data_location == onnx.TensorProto.EXTERNAL or t.data_type not in _FLOATS | _INTS:
         return None
     n = 1
@@ -76,17 +88,28 @@ def constant_value(t: onnx.TensorProto) -> Value | None:
         n *= int(d)
     if n > MOST:
         return None
-    a = onnx.numpy_helper.to_array(t).reshape(-1)
+    raw = t.raw_data
+    layout = _RAW.get(t.data_type)
+    if raw and layout is not None:
+        if len(raw) != n * np.dtype(layout).itemsize:
+            return None  # a malformed payload: not a value
+        data = np.frombuffer(raw, dtype=layout).tolist()
+    else:
+        data = onnx.numpy_helper.to_array(t).reshape(-1).tolist()
     floating = t.data_type in _FLOATS
     items: list[Elem] = []
-    for x in a.tolist():
+    for x in data:
         if floating:
-            if x != x or x in (float("inf"), float("-inf")):
+            if not math.isfinite(x):
                 return None
-            items.append(sympy.Rational(x) if not float(x).is_integer() else int(x))
+            items.append(int(x) if float(x).is_integer() else Fraction(x))
         else:
             items.append(int(x))
     return Value(tuple(items), tuple(int(d) for d in t.dims), floating)
+
+
+def _number(e: Any) -> bool:
+    return isinstance(e, (int, Fraction))
 
 
 def shape_value(shape: Shape, attrs: Mapping[str, Any]) -> Value:
@@ -119,11 +142,13 @@ def _simplify(e: Any) -> Elem:
         return int(e)
     if isinstance(e, int):
         return e
+    if isinstance(e, Fraction):  # a float value such as 3/2: kept exact
+        return int(e) if e.denominator == 1 else e
     e = sympy.expand(e)
     if e.is_Integer:
         return int(e)
-    if e.is_Rational:  # a float value such as 3/2: kept exact
-        return e
+    if e.is_Rational:
+        return Fraction(int(e.p), int(e.q))
     return simplify_dim(e) if e.is_integer else e
 
 
@@ -174,7 +199,7 @@ def _div(x: Any, y: Any, floating: bool) -> Elem:
     if isinstance(y, int) and y == 0:
         return None
     if floating:
-        return sympy.Rational(x, y) if isinstance(x, int) and isinstance(y, int) else x / y
+        return Fraction(x) / Fraction(y) if _number(x) and _number(y) else x / y
     if isinstance(x, int) and isinstance(y, int):
         return abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)  # truncation, as ONNX integer Div
     return sympy.floor(x / y)  # shape entries are non-negative: truncation is floor
@@ -189,7 +214,7 @@ def _mod(x: Any, y: Any, floating: bool) -> Elem:
 def _compare(op: str) -> Callable[[Any, Any, bool], Elem]:
     def fn(x: Any, y: Any, floating: bool) -> Elem:
         diff = _simplify(x - y)
-        if isinstance(diff, int):
+        if isinstance(diff, (int, Fraction)):
             return int({"Equal": diff == 0, "Less": diff < 0, "LessOrEqual": diff <= 0, "Greater": diff > 0,
                         "GreaterOrEqual": diff >= 0}[op])
         if diff is None:
@@ -197,7 +222,7 @@ def _compare(op: str) -> Callable[[Any, Any, bool], Elem]:
         if op == "Equal" and diff.is_number and diff != 0:
             return 0
         # a dim is non-negative: "d == -1" (HF's reshape fix-up) is known false, "d >= 0" true
-        if isinstance(y, int) and y < 0 and x.is_nonnegative:
+        if isinstance(y, int) and y < 0 and not _number(x) and x.is_nonnegative:
             return int(op in ("Greater", "GreaterOrEqual"))
         return None
     return fn
@@ -208,10 +233,8 @@ value_rule("Sub")(_binary(lambda x, y, f: x - y))
 value_rule("Mul")(_binary(lambda x, y, f: x * y))
 value_rule("Div")(_binary(_div))
 value_rule("Mod")(_binary(_mod))
-value_rule("Max")(_binary(lambda x, y, f: sympy.Max(x, y) if not (isinstance(x, int) and isinstance(y, int))
-                          else max(x, y)))
-value_rule("Min")(_binary(lambda x, y, f: sympy.Min(x, y) if not (isinstance(x, int) and isinstance(y, int))
-                          else min(x, y)))
+value_rule("Max")(_binary(lambda x, y, f: max(x, y) if _number(x) and _number(y) else sympy.Max(x, y)))
+value_rule("Min")(_binary(lambda x, y, f: min(x, y) if _number(x) and _number(y) else sympy.Min(x, y)))
 for _op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"):
     value_rule(_op)(_binary(_compare(_op)))
 value_rule("And")(_binary(lambda x, y, f: int(bool(x) and bool(y)) if isinstance(x, int) and isinstance(y, int)
@@ -231,9 +254,9 @@ def _unary(fn: Callable[[Any, bool], Elem]) -> ValueRule:
 
 
 value_rule("Neg")(_unary(lambda e, f: -e))
-value_rule("Abs")(_unary(lambda e, f: abs(e) if isinstance(e, int) else (e if e.is_nonnegative else None)))
-value_rule("Floor")(_unary(lambda e, f: sympy.floor(e)))
-value_rule("Ceil")(_unary(lambda e, f: sympy.ceiling(e)))
+value_rule("Abs")(_unary(lambda e, f: abs(e) if _number(e) else (e if e.is_nonnegative else None)))
+value_rule("Floor")(_unary(lambda e, f: math.floor(e) if _number(e) else sympy.floor(e)))
+value_rule("Ceil")(_unary(lambda e, f: math.ceil(e) if _number(e) else sympy.ceiling(e)))
 value_rule("Not")(_unary(lambda e, f: int(not e) if isinstance(e, int) else None))
 value_rule("Identity")(_unary(lambda e, f: e))
 
@@ -247,14 +270,19 @@ def _cast(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any
     if to in _FLOATS:
         return Value(v.items, v.shape, True)
     if to == onnx.TensorProto.BOOL:
-        return Value(tuple(None if e is None else (int(e != 0) if isinstance(e, int) else None) for e in v.items),
+        return Value(tuple(None if e is None else (int(e != 0) if _number(e) else None) for e in v.items),
                      v.shape)
     if v.floating:  # to an integer type: truncation toward zero, floor for the non-negative values shapes hold
-        items = tuple(None if e is None else (int(e) if isinstance(e, int) else
-                                              (_simplify(sympy.floor(e)) if e.is_nonnegative else None))
-                      for e in v.items)
-        return Value(items, v.shape)
+        return Value(tuple(_truncated(e) for e in v.items), v.shape)
     return Value(v.items, v.shape)
+
+
+def _truncated(e: Elem) -> Elem:
+    """A float entry cast to an integer type: toward zero (``int`` of a Fraction), floor for an expression
+    known non-negative (the values shapes hold), else not known."""
+    if e is None or isinstance(e, (int, Fraction)):
+        return None if e is None else int(e)
+    return _simplify(sympy.floor(e)) if e.is_nonnegative else None
 
 
 @value_rule("Gather")
@@ -413,8 +441,10 @@ def _reduce(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, A
     out: Any = None
     for e in v.items:
         out = e if out is None else {"ReduceProd": lambda a, b: a * b, "ReduceSum": lambda a, b: a + b,
-                                     "ReduceMax": lambda a, b: sympy.Max(a, b),
-                                     "ReduceMin": lambda a, b: sympy.Min(a, b)}[node.op_type](out, e)
+                                     "ReduceMax": lambda a, b: max(a, b) if _number(a) and _number(b)
+                                     else sympy.Max(a, b),
+                                     "ReduceMin": lambda a, b: min(a, b) if _number(a) and _number(b)
+                                     else sympy.Min(a, b)}[node.op_type](out, e)
     if out is None:
         return None
     keep = int(attrs.get("keepdims", 1))

@@ -191,7 +191,12 @@ def _infer_shapes(
     known = _input_dim_names(stripped.graph)
     # the engines never decide a value-dependent shape (dep.tainted): those do not keep them running
     open_names = [n for n in names if n not in dep.tainted] if dep.tainted else names  # one list: one verdict
-    # specialize first: on a static graph every shape-computing subgraph folds exactly, and the symbolic
+    swept = False
+    if not input_values and _unresolved(inferred.graph, typed, open_names):
+        # graphcost's sweep first: where it closes everything (HF decoders in symbolic batch/seq), nothing is
+        # left to specialize (LLaMA-32 legacy: 0.2 s of folding and one more onnx run saved)
+        stripped, inferred, typed, swept = _sweep_rounds(stripped, inferred, typed, known, dep)
+    # specialize next: on a static graph every shape-computing subgraph folds exactly, and the symbolic
     # engine then reasons only about what is left (Faster R-CNN: minutes of sympy otherwise)
     if _unresolved(inferred.graph, typed, names):  # all names: given input values decide value-dependent shapes
         typed, specialized = _specialize_rounds(stripped, typed, names, known, model.base_dir, dep, input_values,
@@ -199,9 +204,10 @@ def _infer_shapes(
         if specialized:
             engines.append("specialize")
     if _unresolved(inferred.graph, typed, open_names):
-        stripped, inferred, typed, swept = _sweep_rounds(stripped, inferred, typed, known, dep)
-        if swept:
-            engines.append("graphcost-sweep")
+        stripped, inferred, typed, more = _sweep_rounds(stripped, inferred, typed, known, dep)
+        swept = swept or more
+    if swept:
+        engines.append("graphcost-sweep")
     stripped, inferred, typed, used = _symbolic_turns(stripped, inferred, typed, open_names, known, model.base_dir,
                                                       dep, notes)
     if used:
@@ -348,7 +354,7 @@ def _specialize_rounds(stripped: onnx.ModelProto, typed: TypeTable, names: list[
         work, work_print = spec, spec_print
         inf = _onnx_infer(work, [])
         typed = _merge(_collect_types(inf.graph), typed, known)
-        work, inf, typed, _ = _sweep_rounds(work, inf, typed, known, dep)
+        work, inf, typed, _ = _sweep_rounds(work, inf, typed, known, dep, models=False)
         # the engine never decides a tainted shape, nor one of a value this copy no longer computes (a branch
         # not taken, a folded node): those do not keep it running on the copy
         present = set(_tensor_names(work.graph))
@@ -550,11 +556,16 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
 
 
 def _sweep_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: TypeTable, known: frozenset[str],
-                  dep: _datadep.DataDependence) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
+                  dep: _datadep.DataDependence, *,
+                  models: bool = True) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
     """graphcost's symbolic sweep (``_symsweep``) and onnx's inference in turn: each sweep states the open
     shapes it can in the input dims, onnx carries them downstream, until a sweep adds nothing (at most
     ``_SWEEP_ROUNDS``). Only whole shapes are seeded. LLaMA-32 legacy: the 1,284 values onnx leaves open
-    (Reshape -1 against a symbolic numel, rotate_half Slices, Range) close without onnx-shape-inference."""
+    (Reshape -1 against a symbolic numel, rotate_half Slices, Range) close without onnx-shape-inference.
+
+    ``models=False``: the caller keeps only the table (the specialize rounds' throwaway copy), so a sweep that
+    leaves nothing open returns without writing its seeds into the model and running onnx again (LLaMA-32:
+    0.1 s of both)."""
     opset = opset_lookup(stripped).get("", 0)
     seeded = False
     for _ in range(_SWEEP_ROUNDS):
@@ -566,6 +577,8 @@ def _sweep_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: T
         if not seeds:
             break
         seeded = True
+        if not models and not _unresolved(inferred.graph, merged := {**typed, **seeds}):
+            return stripped, inferred, merged, seeded
         stripped = _with_value_info(stripped, seeds)
         inferred = _onnx_infer(stripped, [])
         typed = _merge(_collect_types(inferred.graph), {**typed, **seeds}, known)
