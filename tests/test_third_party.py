@@ -203,6 +203,54 @@ def test_hf_export(name: str, exporter: str, exports: Exports) -> None:
     assert_macs(r, case.macs, case.bind, case.other)
 
 
+def _ort_shapes(path: Path, feeds: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Every node output's shape in an onnxruntime run (graph optimizations off, so each value is computed)."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(path))
+    present = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        for name in node.output:
+            if name and name not in present:
+                model.graph.output.append(onnx.ValueInfoProto(name=name))
+                present.add(name)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    values = session.run(names, {k: v.numpy() for k, v in feeds.items()})
+    return {n: tuple(v.shape) for n, v in zip(names, values, strict=True) if hasattr(v, "shape")}
+
+
+@pytest.mark.parametrize(("name", "exporter"), HF_PARAMS)
+def test_hf_export_shapes_match_onnxruntime(name: str, exporter: str, exports: Exports) -> None:
+    """Every node output's shape, at the case's binding, is the shape onnxruntime computes. The shapes come
+    from onnx's inference and graphcost's own sweep (and the symbolic engine where those leave a dim), so this
+    is the oracle for all three on real exports."""
+    from graphcost._dims import evaluate, parse_dim
+
+    case = tpm.HF_CASES[name]
+    path = exports.hf(name, exporter)
+    bind = case.bind
+    feeds = case.inputs(bind["batch"], bind.get("seq") or bind.get("samples") or case.size)
+    want = _ort_shapes(path, feeds)
+    report = json.loads(_analyze(path, bind).to_json())
+    checked = 0
+    wrong = []
+    for node in report["nodes"]:
+        for out in node["outputs"]:
+            got = out.get("shape")
+            if out["name"] not in want or got is None:
+                continue
+            dims = tuple(d if isinstance(d, int) else int(evaluate(parse_dim(d), bind)) for d in got)
+            checked += 1
+            if dims != want[out["name"]]:
+                wrong.append(f"{node['op_type']} {out['name']}: {dims} != {want[out['name']]}")
+    assert checked > 50  # the check saw the model, not a handful of values
+    assert not wrong, f"{len(wrong)} of {checked} shapes differ from onnxruntime: {wrong[:5]}"
+
+
 def test_hf_cli_json(exports: Exports) -> None:
     """The CLI on a dynamo export: exit 0 and the same numbers as the API."""
     case = tpm.HF_CASES["gpt2"]
