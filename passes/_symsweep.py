@@ -698,3 +698,31 @@ def _conv_transpose(node: onnx.NodeProto, s: list[Shape | None], v: list[Value |
             trimmed = 0 if auto == "VALID" else pads[k] + pads[k + spatial]
             out.append(_tidy(strides[k] * (d - 1) + extra[k] + dilations[k] * (kernel[k] - 1) + 1 - trimmed))
     return [tuple(out)]
+
+
+@shape_rule("Pad")
+def _pad(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
+         opset: int) -> list[Shape | None]:
+    """Each dim plus its begin and end pads (negative pads crop), on the axes given (opset 18) or all."""
+    x = s[0]
+    if x is None:
+        return [None]
+    if opset < 11:
+        pads: list[Elem] | None = list(a.get("pads", a.get("paddings", [])))
+    else:
+        got = v[1] if len(v) > 1 else None
+        pads = list(got.items) if got is not None else None
+    axes: list[int] | None = list(range(len(x)))
+    if opset >= 18 and len(node.input) > 3 and node.input[3]:
+        ax = v[3] if len(v) > 3 else None
+        axes = [int(e) for e in ax.items] if ax is not None and all(isinstance(e, int) for e in ax.items) else None
+    if pads is None or axes is None or len(pads) != 2 * len(axes):
+        return [None]
+    out = list(x)
+    for k, ax in enumerate(axes):
+        ax = ax + len(x) if ax < 0 else ax
+        begin, end = pads[k], pads[k + len(axes)]
+        if not 0 <= ax < len(x) or begin is None or end is None or out[ax] is None:
+            return [None]
+        out[ax] = _tidy(out[ax] + begin + end)  # type: ignore[operator]
+    return [tuple(out)]

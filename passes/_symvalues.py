@@ -206,9 +206,10 @@ def _div(x: Any, y: Any, floating: bool) -> Elem:
 
 
 def _mod(x: Any, y: Any, floating: bool) -> Elem:
-    if isinstance(x, int) and isinstance(y, int) and y != 0 and not floating:
-        return x % y if (x >= 0) == (y > 0) else None  # sign rules differ with fmod: only the plain case
-    return None
+    """Integer Mod (``fmod=0``: the sign of the divisor, as Python's ``%``), by a positive number."""
+    if floating or not isinstance(y, int) or y <= 0:
+        return None
+    return x % y if isinstance(x, int) else sympy.Mod(x, y)  # Swin's pad = (7 - W % 7) % 7
 
 
 def _compare(op: str) -> Callable[[Any, Any, bool], Elem]:
@@ -300,25 +301,58 @@ def _gather(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, A
     return Value(tuple(picked), idx.shape)
 
 
+def _array(v: Value) -> np.ndarray:
+    """A value's entries as a numpy object array of its shape (entries stay ints, fractions or expressions)."""
+    a = np.empty(len(v.items), dtype=object)
+    a[:] = list(v.items)
+    return a.reshape(v.shape)
+
+
+def _of_array(a: np.ndarray, floating: bool) -> Value:
+    return Value(tuple(a.reshape(-1).tolist()), tuple(int(d) for d in a.shape), floating)
+
+
+def _given(node: onnx.NodeProto, k: int) -> bool:
+    return len(node.input) > k and bool(node.input[k])
+
+
 @value_rule("Slice")
 def _slice(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    """Any rank and step (the legacy exporter flips ``F.pad``'s pairs with a step of -1), with the indices
+    ONNX's clamping picks (``range(*slice.indices)``: a backward end past the front stops before index 0)."""
     data = ins[0] if ins else None
-    if data is None or len(data.shape) != 1:
+    if data is None:
         return None
     if opset < 10:
         starts: list[int] | None = list(attrs.get("starts", []))
         ends: list[int] | None = list(attrs.get("ends", []))
-        axes: list[int] | None = list(attrs.get("axes", [0]))
-        steps: list[int] | None = [1]
+        axes: list[int] | None = list(attrs.get("axes", range(len(starts or []))))
+        steps: list[int] | None = [1] * len(starts or [])
     else:
         starts, ends = _ints(ins[1] if len(ins) > 1 else None), _ints(ins[2] if len(ins) > 2 else None)
-        axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else [0]
-        steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1]
-    if not starts or not ends or axes not in ([0], [-1]) or steps is None or len(starts) != 1 or len(ends) != 1:
+        axes = _ints(ins[3]) if _given(node, 3) else list(range(len(starts or [])))
+        steps = _ints(ins[4]) if _given(node, 4) else [1] * len(starts or [])
+    if starts is None or ends is None or axes is None or steps is None or \
+            not len(starts) == len(ends) == len(axes) == len(steps):
         return None
-    n = data.shape[0]
-    picked = data.items[slice(*slice(starts[0], ends[0], steps[0]).indices(n))] if steps[0] else None
-    return None if picked is None else Value(tuple(picked), (len(picked),))
+    a = _array(data)
+    for st, en, ax, step in zip(starts, ends, axes, steps, strict=True):
+        k = _axis(ax, a.ndim)
+        if k is None or step == 0:
+            return None
+        a = np.take(a, list(range(*slice(st, en, step).indices(a.shape[k]))), axis=k)
+    return _of_array(a, data.floating)
+
+
+@value_rule("Transpose")
+def _transpose(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    v = ins[0] if ins else None
+    if v is None:
+        return None
+    perm = list(attrs.get("perm", range(len(v.shape) - 1, -1, -1)))
+    if sorted(perm) != list(range(len(v.shape))):
+        return None
+    return _of_array(_array(v).transpose(perm), v.floating)
 
 
 @value_rule("Concat")

@@ -231,8 +231,14 @@ def _infer_shapes(
             engines.append("bound-dims")
             c_inf = _onnx_infer(concrete, [])
             c_types = _collect_types(c_inf.graph)
-            *_, c_types, _ = _symbolic_turns(concrete, c_inf, c_types, names, _input_dim_names(concrete.graph),
-                                             model.base_dir, dep, [])
+            c_known = _input_dim_names(concrete.graph)
+            # the bound copy goes through the same steps: on an export whose dims are all bound it is a static
+            # graph, which specialize folds exactly (dynamic Swin-T: its shifted-window masks)
+            concrete, c_inf, c_types, _ = _sweep_rounds(concrete, c_inf, c_types, c_known, dep)
+            if _unresolved(c_inf.graph, c_types, names):
+                c_types, _ = _specialize_rounds(concrete, c_types, names, c_known, model.base_dir, dep, input_values,
+                                                [])
+            *_, c_types, _ = _symbolic_turns(concrete, c_inf, c_types, names, c_known, model.base_dir, dep, [])
             symbolic_typed = _final_names(_merge(typed, declared), names, base.graph)
             typed = _fill_unresolved(typed, c_types, set(bound))
 

@@ -40,19 +40,18 @@ g (float[4] x) => (z) {
               else_branch = e () => (float[4] b) { b = Identity(x) }> }"""
 
 # A large static part that is resolved (p: ten Relus on u) beside a symbolic part neither onnx nor graphcost's
-# own sweep can size: Pad adds two rows to N (no rule writes N + 2 but the engine's), and the Reshape target is
-# computed from Shape(x) with a -1 that needs x2's rows.
+# own sweep can size: DepthToSpace doubles N (no rule but the engine's writes 2·N), and the Reshape target is
+# computed from Shape(x) with a -1 that needs x2's size.
 CONE = '<ir_version: 8, opset_import: ["" : 17]>' + """
-g (float[N,8] x, float[4,4] u) => (r, p) <int64[4] pads = {1, 0, 1, 0}> {
-   x2 = Pad(x, pads)
+g (float[1,8,N,2] x, float[4,4] u) => (r, p) {
+   x2 = DepthToSpace<blocksize = 2>(x)
    s = Shape(x)
-   i0 = Constant<value = int64[1] {0}>()
-   n = Gather(s, i0)
+   i2 = Constant<value = int64[1] {2}>()
+   n = Gather(s, i2)
    two = Constant<value = int64[1] {2}>()
-   m = Add(n, two)
-   four = Constant<value = int64[1] {4}>()
+   m = Mul(n, two)
    minus = Constant<value = int64[1] {-1}>()
-   t = Concat<axis = 0>(m, four, minus)
+   t = Concat<axis = 0>(m, two, minus)
    r = Reshape(x2, t)
    p1 = Relu(u)
    p2 = Relu(p1)
@@ -113,13 +112,13 @@ def test_engine_sees_only_the_cone_of_the_open_values(tmp_path: Path, monkeypatc
     handed = seen[0][0]
     ops = [n.op_type for n in handed.graph.node]
     assert "Relu" not in ops  # the resolved static part stays behind
-    assert {"Pad", "Concat", "Reshape", "Shape"} <= set(ops)  # x2; t; r; the target's source
+    assert {"DepthToSpace", "Concat", "Reshape", "Shape"} <= set(ops)  # x2; t; r; the target's source
     n = symbol("N")
-    assert [parse_dim(d) if isinstance(d, str) else d for d in _dims_of(r, "x2")] == [n + 2, 8]  # a row each side
-    # target (N + 2, 4, -1): the -1 is 8·(N + 2) elements over 4·(N + 2), which the engine writes uncancelled
-    rows, four, last = (parse_dim(d) if isinstance(d, str) else d for d in _dims_of(r, "r"))
-    assert (rows, four) == (n + 2, 4)
-    assert all(evaluate(last, {"N": k}) == 2 for k in (0, 1, 7, 1000))
+    assert [parse_dim(d) if isinstance(d, str) else d for d in _dims_of(r, "x2")] == [1, 2, 2 * n, 4]  # 2×2 blocks
+    # target (2N, 2, -1): the -1 is 16·N elements over 2N·2
+    rows, two, last = (parse_dim(d) if isinstance(d, str) else d for d in _dims_of(r, "r"))
+    assert (rows, two) == (2 * n, 2)
+    assert all(evaluate(last, {"N": k}) == 4 for k in (1, 7, 1000))
     assert _dims_of(r, "p") == [4, 4]  # Relu keeps u's shape
 
 
@@ -137,13 +136,13 @@ def test_cone_keeps_producers_of_small_values_and_cuts_at_large_resolved_ones() 
     model = onnx.parser.parse_model(CONE)
     inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     types = {vi.name: vi.type for vi in (*inferred.graph.input, *inferred.graph.value_info)}
-    types.pop("x2")  # left open, as onnx leaves N + 2
+    types.pop("x2")  # left open, as onnx leaves 2·N
     cone = _engines.open_cone(model, types, ["x2"], frozenset({"N"}))
     assert cone is not None
-    assert [n.op_type for n in cone.graph.node] == ["Pad"]  # x2 reads x, a graph input, and an initializer
-    assert [vi.name for vi in cone.graph.input if vi.name not in {t.name for t in cone.graph.initializer}] == ["x"]
+    assert [n.op_type for n in cone.graph.node] == ["DepthToSpace"]  # x2 reads x, a graph input
+    assert [vi.name for vi in cone.graph.input] == ["x"]
     small = _engines.open_cone(model, types, ["r"], frozenset({"N"}))  # r reads the small target t: its chain comes too
-    assert small is not None and {"Shape", "Gather", "Add"} <= {n.op_type for n in small.graph.node}
+    assert small is not None and {"Shape", "Gather", "Mul"} <= {n.op_type for n in small.graph.node}
 
 
 # ---------------------------------------------------------------------------- sympy text and values

@@ -52,12 +52,15 @@ BOMBS = {
     "wide_product": "*".join(f"(a{i}+b{i})" for i in range(20)),  # 2**20 terms once expanded
 }
 
-# Graph: x[P, 4] → Shape → Gather(0) → Range(0, n, 1) → Cast → z[?], and w = Pad(x) with a row each side.
-# onnx sizes neither; graphcost's sweep sizes z (z[P]) and the symbolic engine (onnx-shape-inference) w
-# (w[P + 2, 4]), so every inference engine sees the dim text P.
+# Graph: x[P, 4] → Shape → Gather(0) → Range(0, n, 1) → Cast → z[?], and x as [1, 4, P, 1] through DepthToSpace
+# → w[1, 1, 2P, 2]. onnx sizes neither; graphcost's sweep sizes z (z[P]) and only the symbolic engine
+# (onnx-shape-inference) w, so every inference engine sees the dim text P.
 _RANGE_MODEL = '''<ir_version: 8, opset_import: ["" : 17]>
-g (float[N, 4] x) => (float[M] z, float[K, 4] w) <int64[4] pads = {1, 0, 1, 0}> {
-  w = Pad(x, pads)
+g (float[N, 4] x) => (float[M] z, float[1, 1, K, 2] w) {
+  xt = Transpose<perm = [1, 0]>(x)
+  ax = Constant<value = int64[2] {0, 3}>()
+  x4 = Unsqueeze(xt, ax)
+  w = DepthToSpace<blocksize = 2>(x4)
   s = Shape(x)
   i0 = Constant<value = int64 {0}>()
   n = Gather(s, i0)

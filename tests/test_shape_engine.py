@@ -36,16 +36,15 @@ g (float[batch,3,height,width] x, float[4,3,3,3] w) => (y) {
    sc = Constant<value = float[4] {1.0, 1.0, 2.0, 2.0}>()
    y = Resize<mode = "nearest">(c, roi, sc) }"""
 
-# STRIDED, then a row and a column of padding each side: graphcost's sweep sizes c and y, and Pad on those
-# dims is left to the symbolic engine (no rule of onnx's or graphcost's writes 2·floor(...) + 2).
-PADDED = H + """
+# STRIDED, then 2×2 blocks of channels spread into space: graphcost's sweep sizes c and y, and DepthToSpace on
+# those dims is left to the symbolic engine (no rule of onnx's or graphcost's writes 4·floor(...)).
+SPREAD = H + """
 g (float[batch,3,height,width] x, float[4,3,3,3] w) => (z) {
    c = Conv<strides = [2, 2], pads = [1, 1, 1, 1]>(x, w)
    roi = Constant<value = float[0] {}>()
    sc = Constant<value = float[4] {1.0, 1.0, 2.0, 2.0}>()
    y = Resize<mode = "nearest">(c, roi, sc)
-   pads = Constant<value = int64[8] {0, 0, 1, 1, 0, 0, 1, 1}>()
-   z = Pad(y, pads) }"""
+   z = DepthToSpace<blocksize = 2>(y) }"""
 
 # NonZero's count is known only at run time: its dim is a minted name, carried into the Reshape.
 NONZERO = H + """
@@ -126,9 +125,9 @@ def test_stride_formula_is_in_the_input_dims(tmp_path: Path) -> None:
     assert _shape(r, "y") == (symbol("batch"), 4, 2 * conv_h, 2 * conv_w)  # Resize ×2: onnx writes no 2·floor(...)
     assert "graphcost-sweep" in r.engines and "onnx-shape-inference" not in r.engines  # graphcost's sweep sized it
     assert "onnxruntime-symbolic" not in r.engines
-    padded = _infer(PADDED, tmp_path)
-    assert _shape(padded, "z") == (symbol("batch"), 4, 2 * conv_h + 2, 2 * conv_w + 2)  # a row/column each side
-    assert "onnx-shape-inference" in padded.engines  # the Pad is the engine's
+    spread = _infer(SPREAD, tmp_path)
+    assert _shape(spread, "z") == (symbol("batch"), 1, 4 * conv_h, 4 * conv_w)  # 4 channels in 2×2 blocks
+    assert "onnx-shape-inference" in spread.engines  # DepthToSpace is the engine's
 
 
 def test_engine_text_parses_through_our_grammar() -> None:
@@ -163,7 +162,7 @@ def test_dim_text_outside_the_grammar_stays_a_symbol_inside_formulas(tmp_path: P
     """paddle2onnx 2.1 names dynamic dims ``DynamicDimension.0``...: the engine sees them renamed, and what it
     writes from them must come back as a formula in graphcost's symbol for that text, not as one opaque name for
     the whole expression (``floor__DynamicDimension_1__2___1_2____1``, which the PP-OCR detector's MACs were in)."""
-    m = _model(PADDED)
+    m = _model(SPREAD)
     dims = m.graph.input[0].type.tensor_type.shape.dim
     dims[0].dim_param, dims[2].dim_param, dims[3].dim_param = "DynamicDimension.0", "DynamicDimension.1", "?"
     path = tmp_path / "m.onnx"
@@ -174,7 +173,7 @@ def test_dim_text_outside_the_grammar_stays_a_symbol_inside_formulas(tmp_path: P
     conv_h = sympy.floor((h - 1) / 2) + 1  # (height + 2·pad − kernel) / stride + 1, floored
     conv_w = sympy.floor((w - 1) / 2) + 1
     assert _shape(r, "y") == (n, 4, 2 * conv_h, 2 * conv_w)  # Resize ×2, typed by graphcost's sweep
-    assert _shape(r, "z") == (n, 4, 2 * conv_h + 2, 2 * conv_w + 2)  # the Pad, typed by the symbolic engine
+    assert _shape(r, "z") == (n, 1, 4 * conv_h, 4 * conv_w)  # DepthToSpace, typed by the symbolic engine
     assert "onnx-shape-inference" in r.engines
 
 
@@ -326,7 +325,7 @@ g (float[N] x) => (z) {
    z = Relu(y) }"""
 
 
-@pytest.mark.parametrize(("text", "runs"), [(PADDED, [False]), (UNKNOWN_OP, [False, True]), (NONZERO, [])],
+@pytest.mark.parametrize(("text", "runs"), [(SPREAD, [False]), (UNKNOWN_OP, [False, True]), (NONZERO, [])],
                          ids=["resolved-in-one-run", "open-after-the-turns", "only-value-dependent-dims-open"])
 def test_engine_constraint_pass_runs_only_where_dims_stay_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               text: str, runs: list[bool]) -> None:
@@ -379,8 +378,8 @@ def test_name_minted_dims_follows_graph_order() -> None:
     assert types["a"].tensor_type.shape.dim[0].dim_param == "_d7"  # the input table is not changed
 
 
-@pytest.mark.parametrize("text", [NONZERO, QUANTIZED, STRIDED, PADDED, PADDLE_CLS],
-                         ids=["nonzero", "quantized", "strided", "padded", "paddle"])
+@pytest.mark.parametrize("text", [NONZERO, QUANTIZED, STRIDED, SPREAD, PADDLE_CLS],
+                         ids=["nonzero", "quantized", "strided", "spread", "paddle"])
 def test_two_processes_give_the_same_bytes(tmp_path: Path, text: str) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(_model(text), str(path))
@@ -414,7 +413,7 @@ def test_engine_sees_only_plain_identifiers(tmp_path: Path, monkeypatch: pytest.
         return real(model, **kw)
 
     monkeypatch.setattr(onnx_shape_inference, "infer_symbolic_shapes", spy)
-    m = _model(PADDED)
+    m = _model(SPREAD)
     dims = m.graph.input[0].type.tensor_type.shape.dim
     dims[0].dim_param, dims[2].dim_param = "?", "height+1"  # paddle2onnx's `?`, and an expression
     path = tmp_path / "m.onnx"
@@ -476,7 +475,7 @@ def test_engine_failure_is_one_sentence_and_keeps_onnx_shapes(tmp_path: Path,
                                                        message="broken\nsecond line")
 
     monkeypatch.setattr(onnx_shape_inference, "infer_symbolic_shapes", boom)
-    r = _infer(PADDED, tmp_path)
+    r = _infer(SPREAD, tmp_path)
     assert _shape(r, "c")[1] == 4  # onnx's own inference still typed the Conv
     notes = [w.message for w in r.warnings if "onnx-shape-inference" in w.message]
     assert notes and all("\n" not in n and "'n1'" in n for n in notes), notes

@@ -249,3 +249,72 @@ def test_a_dim_against_its_clamp_at_zero_is_the_dim() -> None:
     assert _dims(result, "b") == ["batch", 8, "Max(0, t - 1)"]  # x[..., :-1], clamped as ONNX says
     assert _dims(result, "y") == ["batch", 8, "t - 1"]  # equal wherever t - 1 is a dim
     assert "onnx-shape-inference" not in result.engines
+
+
+def test_swin_window_padding_in_symbolic_dims() -> None:
+    """The legacy exporter's ``F.pad(x, (0, 0, 0, pad_w, 0, pad_h))``, pad = (7 - d % 7) % 7: the pads list is
+    reshaped to pairs, flipped with a step of -1, transposed and flattened before the Pad reads it."""
+    from graphcost._dims import evaluate
+
+    result = _infer("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[1, h, w, 8] x) => (float[?, ?, ?, ?] y) {
+      s = Shape(x)
+      i1 = Constant<value = int64[1] {1}>()
+      i2 = Constant<value = int64[1] {2}>()
+      hh = Gather(s, i1)
+      ww = Gather(s, i2)
+      seven = Constant<value = int64[1] {7}>()
+      hm = Mod(hh, seven)
+      wm = Mod(ww, seven)
+      hs = Sub(seven, hm)
+      ws = Sub(seven, wm)
+      ph = Mod(hs, seven)
+      pw = Mod(ws, seven)
+      z = Constant<value = int64[1] {0}>()
+      flat = Concat<axis = 0>(z, z, z, pw, z, ph, z, z)
+      pairs_shape = Constant<value = int64[2] {-1, 2}>()
+      pairs = Reshape(flat, pairs_shape)
+      start = Constant<value = int64[1] {-1}>()
+      stop = Constant<value = int64[1] {-9223372036854775807}>()
+      axis0 = Constant<value = int64[1] {0}>()
+      back = Constant<value = int64[1] {-1}>()
+      flipped = Slice(pairs, start, stop, axis0, back)
+      cols = Transpose<perm = [1, 0]>(flipped)
+      minus = Constant<value = int64[1] {-1}>()
+      padflat = Reshape(cols, minus)
+      pads = Cast<to = 7>(padflat)
+      y = Pad(x, pads)
+    }
+    """)
+    assert "onnx-shape-inference" not in result.engines
+    n, hp, wp, c = _dims(result, "y")
+    assert (n, c) == (1, 8)
+    for d in range(1, 30):  # padded up to a whole number of 7-wide windows
+        assert evaluate(parse_dim(str(hp)), {"h": d}) == 7 * -(-d // 7)
+        assert evaluate(parse_dim(str(wp)), {"w": d}) == 7 * -(-d // 7)
+
+
+def test_a_value_sliced_backward_stops_before_the_front() -> None:
+    node = h.make_node("Slice", ["v", "s", "e", "a", "st"], ["o"])
+    v = _symvalues.Value((1, 2, 3, 4), (4,))
+    ints = [_symvalues.Value((x,), (1,)) for x in (-1, -9223372036854775807, 0, -1)]
+    got = _symvalues.VALUE_RULES["Slice"](node, [v, *ints], {}, 17)
+    assert got is not None and got.items == (4, 3, 2, 1)  # all four, last first: the end is "before index 0"
+
+
+def test_bound_dims_make_a_static_copy_that_specialize_folds_exactly() -> None:
+    # NonZero of ones made from x's shape: no rule can say the count in h, but once h is bound the copy is a
+    # static graph and specialize evaluates it (the shifted-window masks of a Swin export with dynamic H/W)
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[h] x) => (y) {
+      s = Shape(x)
+      c = ConstantOfShape<value = float[1] {1.0}>(s)
+      nz = NonZero(c)
+      y = Transpose(nz)
+    }
+    """)
+    assert _dims(shapes.infer_shapes(Model(model, None, None)), "y")[1] == 1  # the count is a named unknown
+    bound = shapes.infer_shapes(Model(model, None, None), dims={"h": 5})
+    assert _dims(bound, "y") == [5, 1]  # five ones, each with one coordinate
