@@ -29,7 +29,7 @@ import onnx
 
 from graphcost._dims import parse_dim, prod, text_names, to_text
 from graphcost._sym import sympy
-from graphcost.passes._symvalues import MOST, VALUE_RULES, Elem, Shape, Value, constant_value, shape_value
+from graphcost.passes._symvalues import MOST, VALUE_RULES, Elem, Shape, Value, constant_value, shape_value, slice_args
 
 ShapeRule = Callable[[onnx.NodeProto, list["Shape | None"], list["Value | None"], Mapping[str, Any], int],
                      list["Shape | None"]]
@@ -512,23 +512,10 @@ def _range(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a
 def _slice(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
            opset: int) -> list[Shape | None]:
     x = s[0]
-    if x is None:
+    args = slice_args(node, v, a, opset)
+    if x is None or args is None:
         return [None]
-    if opset < 10:
-        starts: list[Elem] = list(a.get("starts", []))
-        ends: list[Elem] = list(a.get("ends", []))
-        axes: list[Elem] = list(a.get("axes", range(len(starts))))
-        steps: list[Elem] = [1] * len(starts)
-    else:
-        got = [v[k] if len(v) > k else None for k in range(1, 5)]
-        if got[0] is None or got[1] is None or (len(node.input) > 3 and node.input[3] and got[2] is None) or \
-                (len(node.input) > 4 and node.input[4] and got[3] is None):
-            return [None]
-        starts, ends = list(got[0].items), list(got[1].items)  # type: ignore[union-attr]
-        axes = list(got[2].items) if got[2] is not None else list(range(len(starts)))
-        steps = list(got[3].items) if got[3] is not None else [1] * len(starts)
-    if not len(starts) == len(ends) == len(axes) == len(steps):
-        return [None]
+    starts, ends, axes, steps = args
     out = list(x)
     for st, en, ax, step in zip(starts, ends, axes, steps, strict=True):
         if not isinstance(ax, int) or not isinstance(step, int) or step == 0:
@@ -600,6 +587,13 @@ def _reduce(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], 
             tuple(d for k, d in enumerate(x) if k not in drop)]
 
 
+def _window_attrs(a: Mapping[str, Any], spatial: int) -> tuple[list[int], list[int], list[int], str]:
+    """A sliding window's strides, dilations, pads (begins then ends) and auto_pad, with the ONNX defaults."""
+    auto = a.get("auto_pad", b"NOTSET")
+    return (list(a.get("strides", [1] * spatial)), list(a.get("dilations", [1] * spatial)),
+            list(a.get("pads", [0] * (2 * spatial))), auto.decode() if isinstance(auto, bytes) else str(auto))
+
+
 @shape_rule("Conv", "ConvInteger", "MaxPool", "AveragePool", "LpPool")
 def _window(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
             opset: int) -> list[Shape | None]:
@@ -616,11 +610,7 @@ def _window(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], 
     kernel = list(a["kernel_shape"]) if "kernel_shape" in a else (list(w[2:]) if w is not None else None)
     if kernel is None or len(kernel) != spatial or not all(isinstance(k, int) for k in kernel):
         return [None]
-    strides = list(a.get("strides", [1] * spatial))
-    dilations = list(a.get("dilations", [1] * spatial))
-    pads = list(a.get("pads", [0] * (2 * spatial)))
-    auto = a.get("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    strides, dilations, pads, auto = _window_attrs(a, spatial)
     ceil = bool(a.get("ceil_mode", 0)) and not conv
     out: list[Elem] = [x[0], w[0] if w is not None else x[1]]
     for k in range(spatial):
@@ -681,12 +671,8 @@ def _conv_transpose(node: onnx.NodeProto, s: list[Shape | None], v: list[Value |
     kernel = list(a["kernel_shape"]) if "kernel_shape" in a else list(w[2:])
     if len(kernel) != spatial or not all(isinstance(k, int) for k in kernel):
         return [None]
-    strides = list(a.get("strides", [1] * spatial))
-    dilations = list(a.get("dilations", [1] * spatial))
-    pads = list(a.get("pads", [0] * (2 * spatial)))
+    strides, dilations, pads, auto = _window_attrs(a, spatial)
     extra = list(a.get("output_padding", [0] * spatial))
-    auto = a.get("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
     out: list[Elem] = [x[0], _tidy(w[1] * int(a.get("group", 1)))]
     for k in range(spatial):
         d = x[k + 2]

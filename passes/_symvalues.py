@@ -316,31 +316,45 @@ def _given(node: onnx.NodeProto, k: int) -> bool:
     return len(node.input) > k and bool(node.input[k])
 
 
+SliceArgs = tuple[list[Elem], list[Elem], list[Elem], list[Elem]]
+"""A Slice's (starts, ends, axes, steps), entry by entry (an entry may be an expression or not known)."""
+
+
+def slice_args(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> SliceArgs | None:
+    """The Slice's arguments, from its attributes (opset < 10) or its inputs; None when an input it names has
+    no value or the four lists differ in length. Axes default to the first ones, steps to 1."""
+    if opset < 10:
+        starts: list[Elem] = list(attrs.get("starts", []))
+        ends: list[Elem] = list(attrs.get("ends", []))
+        axes: list[Elem] = list(attrs.get("axes", range(len(starts))))
+        steps: list[Elem] = [1] * len(starts)
+    else:
+        got = [ins[k] if len(ins) > k else None for k in range(1, 5)]
+        if got[0] is None or got[1] is None or (_given(node, 3) and got[2] is None) or \
+                (_given(node, 4) and got[3] is None):
+            return None
+        starts, ends = list(got[0].items), list(got[1].items)
+        axes = list(got[2].items) if got[2] is not None else list(range(len(starts)))
+        steps = list(got[3].items) if got[3] is not None else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        return None
+    return starts, ends, axes, steps
+
+
 @value_rule("Slice")
 def _slice(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
     """Any rank and step (the legacy exporter flips ``F.pad``'s pairs with a step of -1), with the indices
     ONNX's clamping picks (``range(*slice.indices)``: a backward end past the front stops before index 0)."""
     data = ins[0] if ins else None
-    if data is None:
-        return None
-    if opset < 10:
-        starts: list[int] | None = list(attrs.get("starts", []))
-        ends: list[int] | None = list(attrs.get("ends", []))
-        axes: list[int] | None = list(attrs.get("axes", range(len(starts or []))))
-        steps: list[int] | None = [1] * len(starts or [])
-    else:
-        starts, ends = _ints(ins[1] if len(ins) > 1 else None), _ints(ins[2] if len(ins) > 2 else None)
-        axes = _ints(ins[3]) if _given(node, 3) else list(range(len(starts or [])))
-        steps = _ints(ins[4]) if _given(node, 4) else [1] * len(starts or [])
-    if starts is None or ends is None or axes is None or steps is None or \
-            not len(starts) == len(ends) == len(axes) == len(steps):
+    args = slice_args(node, ins, attrs, opset)
+    if data is None or args is None or not all(isinstance(e, int) for part in args for e in part):
         return None
     a = _array(data)
-    for st, en, ax, step in zip(starts, ends, axes, steps, strict=True):
-        k = _axis(ax, a.ndim)
+    for st, en, ax, step in zip(*args, strict=True):
+        k = _axis(ax, a.ndim)  # type: ignore[arg-type]
         if k is None or step == 0:
             return None
-        a = np.take(a, list(range(*slice(st, en, step).indices(a.shape[k]))), axis=k)
+        a = np.take(a, list(range(*slice(st, en, step).indices(a.shape[k]))), axis=k)  # type: ignore[arg-type]
     return _of_array(a, data.floating)
 
 
