@@ -29,7 +29,17 @@ import onnx
 
 from graphcost._dims import parse_dim, prod, text_names, to_text
 from graphcost._sym import sympy
-from graphcost.passes._symvalues import MOST, VALUE_RULES, Elem, Shape, Value, constant_value, shape_value, slice_args
+from graphcost.passes._symvalues import (
+    MOST,
+    VALUE_RULES,
+    Elem,
+    Shape,
+    Value,
+    bounded,
+    constant_value,
+    shape_value,
+    slice_args,
+)
 
 ShapeRule = Callable[[onnx.NodeProto, list["Shape | None"], list["Value | None"], Mapping[str, Any], int],
                      list["Shape | None"]]
@@ -451,6 +461,8 @@ def _tidy(d: Elem) -> Elem:
         return d
     if isinstance(d, Fraction):
         return int(d) if d.denominator == 1 else d
+    if not bounded(d):
+        return None
     d = sympy.expand(d)
     return int(d) if d.is_Integer else d
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphcost._dims import Dim, simplify_dim
+from graphcost._dims import Dim, expands_within, simplify_dim
 from graphcost._sym import sympy
 
 MOST = 64
@@ -135,6 +135,20 @@ def _axis(axis: int, rank: int) -> int | None:
     return axis + rank if axis < 0 else axis
 
 
+EXPAND_MOST = 256
+"""Most terms an expression the sweep writes may expand to; a shape is a product of a few dims."""
+POWER_MOST = 8
+"""Highest power of a dim the sweep writes (a model that squares a shape value 60 times asks for 2**60)."""
+
+
+def bounded(e: Any) -> bool:
+    """Whether a sympy expression is small enough to expand and evaluate: the sweep's work stays bounded on any
+    file (a chain of Muls of ``batch + seq`` by itself would otherwise expand to millions of terms)."""
+    if not expands_within(e, EXPAND_MOST):
+        return False
+    return all(not p.exp.is_Number or abs(p.exp) <= POWER_MOST for p in e.atoms(sympy.Pow))
+
+
 def _simplify(e: Any) -> Elem:
     if e is None:
         return None
@@ -144,6 +158,8 @@ def _simplify(e: Any) -> Elem:
         return e
     if isinstance(e, Fraction):  # a float value such as 3/2: kept exact
         return int(e) if e.denominator == 1 else e
+    if not bounded(e):
+        return None
     e = sympy.expand(e)
     if e.is_Integer:
         return int(e)

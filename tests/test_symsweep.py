@@ -318,3 +318,20 @@ def test_bound_dims_make_a_static_copy_that_specialize_folds_exactly() -> None:
     assert _dims(shapes.infer_shapes(Model(model, None, None)), "y")[1] == 1  # the count is a named unknown
     bound = shapes.infer_shapes(Model(model, None, None), dims={"h": 5})
     assert _dims(bound, "y") == [5, 1]  # five ones, each with one coordinate
+
+
+def test_shape_values_that_grow_without_bound_are_given_up_not_expanded() -> None:
+    """A file that squares ``a + b`` 30 times would ask for a 2**30-term expansion, or ``a**(2**30)``: the sweep
+    states nothing it cannot expand within its bound, so the work stays small on any input."""
+    nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("ReduceSum", ["s"], ["v0"], keepdims=1)]
+    for k in range(30):
+        nodes.append(h.make_node("Mul", [f"v{k}", f"v{k}"], [f"v{k + 1}"]))
+    nodes.append(h.make_node("ConstantOfShape", ["v30"], ["y"]))
+    model = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["a", "b"])],
+                                      [h.make_tensor_value_info("y", T.FLOAT, None)]),
+                         opset_imports=[h.make_opsetid("", 13)])
+    result = shapes.infer_shapes(Model(model, None, None))  # returns at once; before the bound it did not
+    assert "graphcost-sweep" not in result.engines
+    got = _symvalues.VALUE_RULES["Mul"](h.make_node("Mul", ["p", "q"], ["r"]),
+                                        [_symvalues.Value((symbol("a") ** 8,), (1,))] * 2, {}, 17)
+    assert got is not None and got.items == (None,)  # a**16 is past the highest power a shape may hold
