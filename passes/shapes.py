@@ -360,7 +360,7 @@ def _specialize_rounds(stripped: onnx.ModelProto, typed: TypeTable, names: list[
         work, work_print = spec, spec_print
         inf = _onnx_infer(work, [])
         typed = _merge(_collect_types(inf.graph), typed, known)
-        work, inf, typed, _ = _sweep_rounds(work, inf, typed, known, dep, models=False)
+        work, inf, typed, _ = _sweep_rounds(work, inf, typed, known, dep)
         # the engine never decides a tainted shape, nor one of a value this copy no longer computes (a branch
         # not taken, a folded node): those do not keep it running on the copy
         present = set(_tensor_names(work.graph))
@@ -562,16 +562,15 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
 
 
 def _sweep_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: TypeTable, known: frozenset[str],
-                  dep: _datadep.DataDependence, *,
-                  models: bool = True) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
+                  dep: _datadep.DataDependence) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
     """graphcost's symbolic sweep (``_symsweep``) and onnx's inference in turn: each sweep states the open
     shapes it can in the input dims, onnx carries them downstream, until a sweep adds nothing (at most
     ``_SWEEP_ROUNDS``). Only whole shapes are seeded. LLaMA-32 legacy: the 1,284 values onnx leaves open
     (Reshape -1 against a symbolic numel, rotate_half Slices, Range) close without onnx-shape-inference.
 
-    ``models=False``: the caller keeps only the table (the specialize rounds' throwaway copy), so a sweep that
-    leaves nothing open returns without writing its seeds into the model and running onnx again (LLaMA-32:
-    0.1 s of both)."""
+    A sweep that leaves nothing open returns its table without writing its seeds into the model and running
+    onnx again (LLaMA-32: 0.1 s of both): every later step reads types from the table, and a later onnx run
+    on the returned model (the contrib rounds) is merged under it, so the seeds are never lost."""
     opset = opset_lookup(stripped).get("", 0)
     seeded = False
     for _ in range(_SWEEP_ROUNDS):
@@ -583,7 +582,7 @@ def _sweep_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: T
         if not seeds:
             break
         seeded = True
-        if not models and not _unresolved(inferred.graph, merged := {**typed, **seeds}):
+        if not _unresolved(inferred.graph, merged := {**typed, **seeds}):
             return stripped, inferred, merged, seeded
         stripped = _with_value_info(stripped, seeds)
         inferred = _onnx_infer(stripped, [])
