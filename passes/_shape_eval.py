@@ -14,7 +14,7 @@ output over the cap): an expected outcome, never a crash.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -33,13 +33,22 @@ class NotEvaluable(Exception):
 
 RULES: dict[str, Rule] = {}
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def rule(*op_types: str) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for op in op_types:
-            RULES[op] = fn
-        return fn
-    return register
+
+def registrar(table: dict[str, F]) -> Callable[..., Callable[[F], F]]:
+    """A decorator factory that files a rule under each op type it names in ``table`` (the op-rule tables
+    of this module, ``_symvalues`` and ``_symsweep`` are all made this way: explicit and greppable)."""
+    def for_ops(*op_types: str) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            for op in op_types:
+                table[op] = fn
+            return fn
+        return register
+    return for_ops
+
+
+rule = registrar(RULES)
 
 
 def evaluate(op_type: str, inputs: list[Array | None], attrs: Attrs, opset: int) -> list[Array]:

@@ -29,6 +29,7 @@ import onnx
 
 from graphcost._dims import parse_dim, prod, text_names, to_text
 from graphcost._sym import sympy
+from graphcost.passes._shape_eval import registrar
 from graphcost.passes._symvalues import (
     MOST,
     VALUE_RULES,
@@ -46,12 +47,7 @@ ShapeRule = Callable[[onnx.NodeProto, list["Shape | None"], list["Value | None"]
 SHAPE_RULES: dict[str, ShapeRule] = {}
 
 
-def shape_rule(*op_types: str) -> Callable[[ShapeRule], ShapeRule]:
-    def register(fn: ShapeRule) -> ShapeRule:
-        for op in op_types:
-            SHAPE_RULES[op] = fn
-        return fn
-    return register
+shape_rule = registrar(SHAPE_RULES)
 
 
 def sweep(graph: onnx.GraphProto, types: Mapping[str, onnx.TypeProto], known: frozenset[str], opset: int,

@@ -26,6 +26,7 @@ import onnx
 
 from graphcost._dims import Dim, expands_within, simplify_dim
 from graphcost._sym import sympy
+from graphcost.passes._shape_eval import registrar
 
 MOST = 64
 """Largest value tracked: shape values are a handful of entries; anything longer is data."""
@@ -55,12 +56,7 @@ ValueRule = Callable[[onnx.NodeProto, list["Value | None"], Mapping[str, Any], i
 VALUE_RULES: dict[str, ValueRule] = {}
 
 
-def value_rule(*op_types: str) -> Callable[[ValueRule], ValueRule]:
-    def register(fn: ValueRule) -> ValueRule:
-        for op in op_types:
-            VALUE_RULES[op] = fn
-        return fn
-    return register
+value_rule = registrar(VALUE_RULES)
 
 
 _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
