@@ -27,7 +27,7 @@ from typing import Any
 
 import onnx
 
-from graphcost._dims import parse_dim, prod, text_names, to_text
+from graphcost._dims import as_expr, parse_dim, prod, text_names, to_text
 from graphcost._sym import sympy
 from graphcost.passes._shape_eval import registrar
 from graphcost.passes._symvalues import (
@@ -447,7 +447,7 @@ def _quotient(n: Any, d: Any) -> Elem:
     """``n / d`` when it divides exactly (the -1 of a Reshape), else None."""
     if isinstance(n, int) and isinstance(d, int):
         return n // d if d and n % d == 0 else None
-    q = sympy.cancel(sympy.sympify(n) / d)
+    q = sympy.cancel(as_expr(n) / d)  # as_expr: a number or an expression, never text
     _, den = sympy.fraction(q)
     return _tidy(q) if den == 1 else None
 
