@@ -36,11 +36,18 @@ from graphcost.passes._symvalues import (
     Elem,
     Shape,
     Value,
+    axis_of,
     bounded,
     constant_value,
+    given,
+    ints,
     shape_value,
     slice_args,
 )
+
+RULE_ERRORS = (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError)
+"""What a rule raises on a malformed node (an axis past the rank, a dim of the wrong kind): that node's dims are
+then not stated here, and the engines say what they can."""
 
 ShapeRule = Callable[[onnx.NodeProto, list["Shape | None"], list["Value | None"], Mapping[str, Any], int],
                      list["Shape | None"]]
@@ -77,7 +84,7 @@ def sweep(graph: onnx.GraphProto, types: Mapping[str, onnx.TypeProto], known: fr
         try:
             shapes = fn(node, [walk.shape(i) if i else None for i in ins], [walk.value(i) for i in ins],
                         attrs, opset)
-        except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError):
+        except RULE_ERRORS:
             continue  # a malformed node: the engines say what they can
         for name, shape in zip(outs, shapes, strict=False):
             if name not in open_outs or shape is None:
@@ -196,7 +203,7 @@ class _Walk:
         elif (fn := VALUE_RULES.get(op)) is not None:
             try:
                 v = fn(node, [self.value(i) for i in ins], attrs, opset)
-            except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError):
+            except RULE_ERRORS:
                 v = None
         if v is not None:
             self.values[outs[0]] = v
@@ -253,8 +260,9 @@ def broadcast_dim(a: Elem, b: Elem) -> Elem:
         return b
     if b == 1:
         return a
-    if a is None or b is None:
-        return b if a is None and isinstance(b, int) else a if b is None and isinstance(a, int) else None
+    if a is None or b is None:  # an open dim against a number other than 1: the number, else not known
+        known = b if a is None else a
+        return known if isinstance(known, int) else None
     if isinstance(a, int) and isinstance(b, int):
         return a if a == b else None  # a model that would fail: not stated
     if isinstance(a, int):
@@ -337,8 +345,7 @@ def _axes(s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any], op
     """Axes from the attribute before opset ``since``, from input 1 (all numbers) from it on."""
     if opset < since:
         return list(a["axes"]) if "axes" in a else None
-    got = v[1] if len(v) > 1 else None
-    return None if got is None or not all(isinstance(e, int) for e in got.items) else [int(e) for e in got.items]  # type: ignore[arg-type]
+    return ints(v[1] if len(v) > 1 else None)
 
 
 @shape_rule("Unsqueeze")
@@ -359,7 +366,7 @@ def _unsqueeze(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None
 def _squeeze(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
              opset: int) -> list[Shape | None]:
     x = s[0]
-    has_axes = "axes" in a if opset < 13 else len(node.input) > 1 and bool(node.input[1])
+    has_axes = "axes" in a if opset < 13 else given(node, 1)
     axes = _axes(s, v, a, opset, 13) if has_axes else None
     if x is None or (has_axes and axes is None):
         return [None]
@@ -526,12 +533,10 @@ def _slice(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a
     starts, ends, axes, steps = args
     out = list(x)
     for st, en, ax, step in zip(starts, ends, axes, steps, strict=True):
-        if not isinstance(ax, int) or not isinstance(step, int) or step == 0:
+        at = axis_of(ax, len(x)) if isinstance(ax, int) else None
+        if at is None or not isinstance(step, int) or step == 0:
             return [None]
-        ax = ax + len(x) if ax < 0 else ax
-        if not 0 <= ax < len(x):
-            return [None]
-        out[ax] = _slice_len(x[ax], st, en, step)
+        out[at] = _slice_len(x[at], st, en, step)
     return [tuple(out)]
 
 
@@ -581,7 +586,7 @@ def _reduce(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], 
         axes: list[int] | None = [int(a.get("axis", 0))]
     else:
         since = 13 if node.op_type == "ReduceSum" else 18
-        has_input = len(node.input) > 1 and bool(node.input[1])
+        has_input = given(node, 1)
         axes = _axes(s, v, a, opset, since) if (opset < since or has_input) else None
         if axes is None and ((opset < since and "axes" in a) or has_input):
             return [None]
@@ -706,17 +711,14 @@ def _pad(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: 
     else:
         got = v[1] if len(v) > 1 else None
         pads = list(got.items) if got is not None else None
-    axes: list[int] | None = list(range(len(x)))
-    if opset >= 18 and len(node.input) > 3 and node.input[3]:
-        ax = v[3] if len(v) > 3 else None
-        axes = [int(e) for e in ax.items] if ax is not None and all(isinstance(e, int) for e in ax.items) else None
+    axes = ints(v[3] if len(v) > 3 else None) if opset >= 18 and given(node, 3) else list(range(len(x)))
     if pads is None or axes is None or len(pads) != 2 * len(axes):
         return [None]
     out = list(x)
     for k, ax in enumerate(axes):
-        ax = ax + len(x) if ax < 0 else ax
+        at = axis_of(ax, len(x))
         begin, end = pads[k], pads[k + len(axes)]
-        if not 0 <= ax < len(x) or begin is None or end is None or out[ax] is None:
+        if at is None or begin is None or end is None or out[at] is None:
             return [None]
-        out[ax] = _tidy(out[ax] + begin + end)  # type: ignore[operator]
+        out[at] = _tidy(out[at] + begin + end)  # type: ignore[operator]
     return [tuple(out)]

@@ -47,10 +47,6 @@ class Value:
     floating: bool = False
     """Float tensor: ``Div`` is true division and a Cast to an integer type truncates."""
 
-    @property
-    def known(self) -> bool:
-        return all(e is not None for e in self.items)
-
 
 ValueRule = Callable[[onnx.NodeProto, list["Value | None"], Mapping[str, Any], int], "Value | None"]
 VALUE_RULES: dict[str, ValueRule] = {}
@@ -79,9 +75,7 @@ def constant_value(t: onnx.TensorProto) -> Value | None:
     static model never imports sympy)."""
     if t.data_location == onnx.TensorProto.EXTERNAL or t.data_type not in _FLOATS | _INTS:
         return None
-    n = 1
-    for d in t.dims:
-        n *= int(d)
+    n = _count([int(d) for d in t.dims])
     if n > MOST:
         return None
     raw = t.raw_data
@@ -118,14 +112,15 @@ def shape_value(shape: Shape, attrs: Mapping[str, Any]) -> Value:
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
-def _ints(v: Value | None) -> list[int] | None:
+def ints(v: Value | None) -> list[int] | None:
     """Entries that are all plain ints (axes, steps), else None."""
     if v is None or not all(isinstance(e, int) for e in v.items):
         return None
     return [int(e) for e in v.items]  # type: ignore[arg-type]
 
 
-def _axis(axis: int, rank: int) -> int | None:
+def axis_of(axis: int, rank: int) -> int | None:
+    """``axis`` counted from 0 in a tensor of ``rank`` dims, or None when it is out of range."""
     if not -rank <= axis < max(rank, 1):
         return None
     return axis + rank if axis < 0 else axis
@@ -175,9 +170,7 @@ def broadcast_items(a: Value, b: Value) -> tuple[list[tuple[Elem, Elem]], tuple[
         if x != y and 1 not in (x, y):
             return None
         out.append(max(x, y))
-    n = 1
-    for d in out:
-        n *= d
+    n = _count(out)
     if n > MOST:
         return None
 
@@ -301,7 +294,7 @@ def _truncated(e: Elem) -> Elem:
 @value_rule("Gather")
 def _gather(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
     data, idx = [*ins, None, None][:2]
-    index = _ints(idx)
+    index = ints(idx)
     if data is None or idx is None or index is None or len(data.shape) != 1 or int(attrs.get("axis", 0)) not in (0, -1):
         return None
     n = data.shape[0]
@@ -324,7 +317,8 @@ def _of_array(a: np.ndarray, floating: bool) -> Value:
     return Value(tuple(a.reshape(-1).tolist()), tuple(int(d) for d in a.shape), floating)
 
 
-def _given(node: onnx.NodeProto, k: int) -> bool:
+def given(node: onnx.NodeProto, k: int) -> bool:
+    """Whether the node names its ``k``-th input (an optional input may be left out or written as "")."""
     return len(node.input) > k and bool(node.input[k])
 
 
@@ -342,8 +336,8 @@ def slice_args(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str
         steps: list[Elem] = [1] * len(starts)
     else:
         got = [ins[k] if len(ins) > k else None for k in range(1, 5)]
-        if got[0] is None or got[1] is None or (_given(node, 3) and got[2] is None) or \
-                (_given(node, 4) and got[3] is None):
+        if got[0] is None or got[1] is None or (given(node, 3) and got[2] is None) or \
+                (given(node, 4) and got[3] is None):
             return None
         starts, ends = list(got[0].items), list(got[1].items)
         axes = list(got[2].items) if got[2] is not None else list(range(len(starts)))
@@ -363,7 +357,7 @@ def _slice(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, An
         return None
     a = _array(data)
     for st, en, ax, step in zip(*args, strict=True):
-        k = _axis(ax, a.ndim)  # type: ignore[arg-type]
+        k = axis_of(ax, a.ndim)  # type: ignore[arg-type]
         if k is None or step == 0:
             return None
         a = np.take(a, list(range(*slice(st, en, step).indices(a.shape[k]))), axis=k)  # type: ignore[arg-type]
@@ -407,7 +401,7 @@ def _regrouped(op: str, v: Value, ins: list[Value | None], attrs: Mapping[str, A
                opset: int) -> tuple[int, ...] | None:
     second = ins[1] if len(ins) > 1 else None
     if op == "Reshape":
-        target = _ints(second)
+        target = ints(second)
         if target is None or target.count(-1) > 1:
             return None
         dims = [v.shape[k] if d == 0 and not attrs.get("allowzero", 0) and k < len(v.shape) else d
@@ -420,7 +414,7 @@ def _regrouped(op: str, v: Value, ins: list[Value | None], attrs: Mapping[str, A
         axis = int(attrs.get("axis", 1))
         axis = axis + len(v.shape) if axis < 0 else axis
         return (_count(v.shape[:axis]), _count(v.shape[axis:]))
-    axes = list(attrs["axes"]) if opset < 13 and "axes" in attrs else _ints(second)
+    axes = list(attrs["axes"]) if opset < 13 and "axes" in attrs else ints(second)
     if op == "Unsqueeze":
         if axes is None:
             return None
@@ -438,7 +432,7 @@ def _regrouped(op: str, v: Value, ins: list[Value | None], attrs: Mapping[str, A
 
 @value_rule("Range")
 def _range(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
-    args = [_ints(v) for v in [*ins, None, None, None][:3]]
+    args = [ints(v) for v in [*ins, None, None, None][:3]]
     if any(a is None or len(a) != 1 for a in args):
         return None
     start, limit, delta = (a[0] for a in args if a is not None)
@@ -451,20 +445,18 @@ def _range(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, An
 @value_rule("ConstantOfShape")
 def _constant_of_shape(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any],
                        opset: int) -> Value | None:
-    dims = _ints(ins[0] if ins else None)
+    dims = ints(ins[0] if ins else None)
     t = attrs.get("value")
     fill = constant_value(t) if isinstance(t, onnx.TensorProto) else Value((0,), (1,), True)
     if dims is None or fill is None or len(fill.items) != 1 or any(d < 0 for d in dims):
         return None
-    n = 1
-    for d in dims:
-        n *= d
+    n = _count(dims)
     return Value(fill.items * n, tuple(dims), fill.floating) if n <= MOST else None
 
 
 @value_rule("Expand")
 def _expand(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
-    v, dims = [*ins, None, None][0], _ints(ins[1] if len(ins) > 1 else None)
+    v, dims = [*ins, None, None][0], ints(ins[1] if len(ins) > 1 else None)
     if v is None or dims is None:
         return None
     target = Value((0,) * _count(dims), tuple(dims))
@@ -491,20 +483,27 @@ def _where(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, An
     return Value(items, second[1], x.floating or y.floating)
 
 
-@value_rule("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin")
+_FOLDS: dict[str, Callable[[Any, Any], Any]] = {
+    "ReduceProd": lambda a, b: a * b,
+    "ReduceSum": lambda a, b: a + b,
+    "ReduceMax": lambda a, b: max(a, b) if _number(a) and _number(b) else sympy.Max(a, b),
+    "ReduceMin": lambda a, b: min(a, b) if _number(a) and _number(b) else sympy.Min(a, b),
+}
+
+
+@value_rule(*_FOLDS)
 def _reduce(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any], opset: int) -> Value | None:
+    """A whole-vector reduction of a shape (numel, a rank sum); axes, as attribute or input, must be that one."""
     v = ins[0] if ins else None
-    if v is None or len(v.shape) > 1 or any(e is None for e in v.items) or (len(ins) > 1 and ins[1] is not None):
-        return None  # only a whole-vector reduction (no axes input) of a shape: numel, a rank sum
-    if "axes" in attrs and list(attrs["axes"]) not in ([0], [-1]):
+    if v is None or len(v.shape) > 1 or any(e is None for e in v.items):
         return None
+    named = given(node, 1)
+    axes = ints(ins[1] if len(ins) > 1 else None) if named else attrs.get("axes")
+    if (named and axes is None) or (axes is not None and list(axes) not in ([0], [-1])):
+        return None  # axes not known, or not the vector's one axis
     out: Any = None
     for e in v.items:
-        out = e if out is None else {"ReduceProd": lambda a, b: a * b, "ReduceSum": lambda a, b: a + b,
-                                     "ReduceMax": lambda a, b: max(a, b) if _number(a) and _number(b)
-                                     else sympy.Max(a, b),
-                                     "ReduceMin": lambda a, b: min(a, b) if _number(a) and _number(b)
-                                     else sympy.Min(a, b)}[node.op_type](out, e)
+        out = e if out is None else _FOLDS[node.op_type](out, e)
     if out is None:
         return None
     keep = int(attrs.get("keepdims", 1))
@@ -512,6 +511,7 @@ def _reduce(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, A
 
 
 def _count(dims: Sequence[int]) -> int:
+    """Entries of a tensor of these dims, capped at ``MOST + 1`` (a larger one is never a value)."""
     n = 1
     for d in dims:
         n *= d

@@ -195,7 +195,7 @@ def _infer_shapes(
     if not input_values and _unresolved(inferred.graph, typed, open_names):
         # graphcost's sweep first: where it closes everything (HF decoders in symbolic batch/seq), nothing is
         # left to specialize (LLaMA-32 legacy: 0.2 s of folding and one more onnx run saved)
-        stripped, inferred, typed, swept = _sweep_rounds(stripped, inferred, typed, known, dep)
+        stripped, inferred, typed, swept = _sweep_rounds(stripped, inferred, typed, known, dep, names)
     # specialize next: on a static graph every shape-computing subgraph folds exactly, and the symbolic
     # engine then reasons only about what is left (Faster R-CNN: minutes of sympy otherwise)
     if _unresolved(inferred.graph, typed, names):  # all names: given input values decide value-dependent shapes
@@ -204,7 +204,7 @@ def _infer_shapes(
         if specialized:
             engines.append("specialize")
     if _unresolved(inferred.graph, typed, open_names):
-        stripped, inferred, typed, more = _sweep_rounds(stripped, inferred, typed, known, dep)
+        stripped, inferred, typed, more = _sweep_rounds(stripped, inferred, typed, known, dep, names)
         swept = swept or more
     if swept:
         engines.append("graphcost-sweep")
@@ -234,7 +234,7 @@ def _infer_shapes(
             c_known = _input_dim_names(concrete.graph)
             # the bound copy goes through the same steps: on an export whose dims are all bound it is a static
             # graph, which specialize folds exactly (dynamic Swin-T: its shifted-window masks)
-            concrete, c_inf, c_types, _ = _sweep_rounds(concrete, c_inf, c_types, c_known, dep)
+            concrete, c_inf, c_types, _ = _sweep_rounds(concrete, c_inf, c_types, c_known, dep, names)
             if _unresolved(c_inf.graph, c_types, names):
                 c_types, _ = _specialize_rounds(concrete, c_types, names, c_known, model.base_dir, dep, input_values,
                                                 [])
@@ -360,7 +360,7 @@ def _specialize_rounds(stripped: onnx.ModelProto, typed: TypeTable, names: list[
         work, work_print = spec, spec_print
         inf = _onnx_infer(work, [])
         typed = _merge(_collect_types(inf.graph), typed, known)
-        work, inf, typed, _ = _sweep_rounds(work, inf, typed, known, dep)
+        work, inf, typed, _ = _sweep_rounds(work, inf, typed, known, dep, names)
         # the engine never decides a tainted shape, nor one of a value this copy no longer computes (a branch
         # not taken, a folded node): those do not keep it running on the copy
         present = set(_tensor_names(work.graph))
@@ -562,7 +562,8 @@ def _contrib_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed:
 
 
 def _sweep_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: TypeTable, known: frozenset[str],
-                  dep: _datadep.DataDependence) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
+                  dep: _datadep.DataDependence,
+                  names: list[str]) -> tuple[onnx.ModelProto, onnx.ModelProto, TypeTable, bool]:
     """graphcost's symbolic sweep (``_symsweep``) and onnx's inference in turn: each sweep states the open
     shapes it can in the input dims, onnx carries them downstream, until a sweep adds nothing (at most
     ``_SWEEP_ROUNDS``). Only whole shapes are seeded. LLaMA-32 legacy: the 1,284 values onnx leaves open
@@ -574,7 +575,7 @@ def _sweep_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: T
     opset = opset_lookup(stripped).get("", 0)
     seeded = False
     for _ in range(_SWEEP_ROUNDS):
-        if not _unresolved(inferred.graph, typed):
+        if not _unresolved(inferred.graph, typed, names):
             break
         seeds = _symsweep.sweep(stripped.graph, typed, known, opset, dep.tainted)
         seeds = {k: t for k, t in seeds.items()
@@ -582,7 +583,7 @@ def _sweep_rounds(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: T
         if not seeds:
             break
         seeded = True
-        if not _unresolved(inferred.graph, merged := {**typed, **seeds}):
+        if not _unresolved(inferred.graph, merged := {**typed, **seeds}, names):
             return stripped, inferred, merged, seeded
         stripped = _with_value_info(stripped, seeds)
         inferred = _onnx_infer(stripped, [])

@@ -335,3 +335,14 @@ def test_shape_values_that_grow_without_bound_are_given_up_not_expanded() -> Non
     got = _symvalues.VALUE_RULES["Mul"](h.make_node("Mul", ["p", "q"], ["r"]),
                                         [_symvalues.Value((symbol("a") ** 8,), (1,))] * 2, {}, 17)
     assert got is not None and got.items == (None,)  # a**16 is past the highest power a shape may hold
+
+
+def test_a_reduction_whose_axes_are_not_known_states_no_value() -> None:
+    rule = _symvalues.VALUE_RULES["ReduceProd"]
+    dims = _symvalues.Value((2, 3, 4), (3,))
+    node = h.make_node("ReduceProd", ["s", "axes"], ["n"], keepdims=0)
+    assert rule(node, [dims, None], {"keepdims": 0}, 18) is None  # axes named, value unknown: not a guess
+    got = rule(node, [dims, _symvalues.Value((0,), (1,))], {"keepdims": 0}, 18)
+    assert got is not None and got.items == (2 * 3 * 4,)  # the vector's one axis: numel
+    whole = rule(h.make_node("ReduceProd", ["s"], ["n"], keepdims=0), [dims], {"keepdims": 0}, 18)
+    assert whole is not None and whole.items == (24,)  # no axes: every axis
