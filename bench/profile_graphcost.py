@@ -4,7 +4,7 @@
 
 Prints (1) wall time of each stage of ``graphcost.analyze`` + ``to_json`` (imports, load, shape inference,
 cost counting, roofline, fusion, liveness, batchnorm folding, report assembly, JSON), measured without the
-profiler, and (2) a cProfile of a second run (imports excluded), top functions by cumulative and by own time.
+profiler, with the RSS after each stage and the peak so far, and (2) a cProfile of a second run (imports excluded), top functions by cumulative and by own time.
 The raw profile goes to bench/out/<model>.prof (open with ``python -m pstats`` or snakeviz).
 """
 
@@ -31,6 +31,22 @@ follows the pipeline as it is. The cyclic garbage collector is off throughout, a
 allocates when one triggers (``GroupNumbers.to_dict``, 70k calls), a cost no CLI run pays."""
 
 
+def _rss_mib() -> float:
+    """Resident set size now (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096 / 2**20
+    except OSError:
+        return 0.0
+
+
+def _peak_mib() -> float:
+    """Peak resident set size of this process so far."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def stages(path: str) -> list[tuple[str, float]]:
     t = time.perf_counter()
     import graphcost
@@ -43,6 +59,7 @@ def stages(path: str) -> list[tuple[str, float]]:
         modules = [api]
     out: list[tuple[str, float]] = [("import graphcost", time.perf_counter() - t)]
     spent: dict[str, float] = {}
+    memory: dict[str, tuple[float, float]] = {"import graphcost": (_rss_mib(), _peak_mib())}
     originals = []
     for module in modules:
         for name in STAGES:
@@ -57,6 +74,7 @@ def stages(path: str) -> list[tuple[str, float]]:
                     return _fn(*args, **kwargs)
                 finally:
                     spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - t0
+                    memory[_name] = (_rss_mib(), _peak_mib())
 
             setattr(module, name, timed)
     try:
@@ -66,12 +84,15 @@ def stages(path: str) -> list[tuple[str, float]]:
     finally:
         for module, name, fn in originals:
             setattr(module, name, fn)
-    out += [(f"  {name}", spent[name]) for name in STAGES if name in spent]
+    out += [(f"  {name}  (RSS after {memory[name][0]:.0f} MiB, peak so far {memory[name][1]:.0f} MiB)", spent[name])
+            for name in STAGES if name in spent]
     out.append(("  rest of analyze() (report assembly, dims, warnings)", whole - sum(spent.values())))
     out.append(("analyze(), whole", whole))
     t = time.perf_counter()
     text = report.to_json()
-    out.append((f"Report.to_json ({len(text) / 1e6:.1f} MB)", time.perf_counter() - t))
+    spent_json = time.perf_counter() - t
+    out.append((f"Report.to_json ({len(text) / 1e6:.1f} MB; RSS after {_rss_mib():.0f} MiB, "
+                f"peak {_peak_mib():.0f} MiB)", spent_json))
     return out
 
 

@@ -22,3 +22,26 @@ def paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+_TRIM_NODES = 20_000
+"""Graphs from this many nodes return the heap the shapes pass freed (below it the freed copies are a few MiB)."""
+
+
+def release_heap(nodes: int) -> None:
+    """Hand the C heap's free pages back to the operating system (glibc ``malloc_trim``) after a large graph's
+    shape pass, whose inferred model copies are freed on return.
+
+    Those copies are protobuf arenas in the C heap; once freed, glibc keeps them for later ``malloc`` calls, but
+    Python's small objects come from arenas of their own, so nothing after the pass reuses them and they stay in
+    the peak RSS. synthetic-100k's ``analyze``: peak RSS 739 → 620 MiB with this and the pass's copies freed
+    (``/usr/bin/time``, best of 2); ``malloc_trim`` itself took 14 ms there. A no-op off glibc and under
+    ``_TRIM_NODES``."""
+    if nodes < _TRIM_NODES:
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to hand back this way
+        return
