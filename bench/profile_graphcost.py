@@ -4,7 +4,8 @@
 
 Prints (1) wall time of each stage of ``graphcost.analyze`` + ``to_json`` (imports, load, shape inference,
 cost counting, roofline, fusion, liveness, batchnorm folding, report assembly, JSON), measured without the
-profiler, with the RSS after each stage and the peak so far, and (2) a cProfile of a second run (imports excluded), top functions by cumulative and by own time.
+profiler, with the RSS after each stage and the peak so far, and (2) a cProfile of a second run (imports
+excluded), top functions by cumulative and by own time.
 The raw profile goes to bench/out/<model>.prof (open with ``python -m pstats`` or snakeviz).
 """
 
