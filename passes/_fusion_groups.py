@@ -163,11 +163,14 @@ class Fuser(GroupOrder):
                                     self.policy, self, self.infos, self.graph, self._opaque)
                 if inner is not None:
                     names = self.names
-                    extra = [names[i] for i in sorted(self._members_of(between))]
-                    shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
+                    on_paths = self._members_of(between)
+                    n = len(on_paths)  # only the first three are named: not all sorted (LLaMA: up to 1,800;
+                    # its fuse, with this file's other changes, 0.25-0.265 → 0.23-0.24 s CPU, best of 8, side by side)
+                    shown = ", ".join(names[i] for i in heapq.nsmallest(3, on_paths)) + (
+                        f" and {n - 3} more" if n > 3 else "")
                     return Refusal(CODES.WOULD_CREATE_CYCLE,
                                    f"would create a cycle: joining {consumer} to {producer}'s group also needs the "
-                                   f"{len(extra)} op(s) on the paths between them ({shown}), and then {inner.reason}")
+                                   f"{n} op(s) on the paths between them ({shown}), and then {inner.reason}")
                 groups = whole
                 adjacent = self._span(groups)[1]
         if merge:

@@ -38,7 +38,7 @@ def group_rows(lists: Iterable[list[int]], names: Sequence[str], info_at: Sequen
     lists hold; ``in_order`` when graph order is that order, else the crossing walks each group in it."""
     out: list[Any] = []
     base, graph_outputs, users = storage.base, storage.output_names, storage._users
-    traffic = storage.traffic
+    traffic_at = storage.traffic_at
     sums: dict[Any, Dim | None] = {}  # a symbolic count (or a pair, added) → sum_dims of it alone
     for gi, positions in enumerate(lists):
         if len(positions) == 1:
@@ -56,7 +56,8 @@ def group_rows(lists: Iterable[list[int]], names: Sequence[str], info_at: Sequen
                         else c.bytes_read + c.bytes_written for c in rows])
         fused: Dim | None
         if kernels:
-            reads, writes = traffic(members if in_order else [names[i] for i in sorted(positions)], inside)
+            reads, writes = traffic_at(positions if in_order else sorted(positions), names, info_at, reads_at,
+                                       nodes_at, inside)
             for b, (t, _, _) in reads.items():
                 inputs[b] = t
             anchor = None

@@ -205,7 +205,8 @@ def _fuse(graph: Graph, costs: CostResult, pol: Policy) -> FusionResult:
         info_at, reads_at = [infos[n] for n in order], [reads[n] for n in order]
     fuser = Fuser(graph, infos, reads_at, pol, order, producers, at, info_at)
     fuser.run()
-    pos, grp = fuser.pos, fuser.grp
+    pos, grp, refused = fuser.pos, fuser.grp, fuser.boundaries
+    del fuser  # its tables (summaries, edges, readers) go before the rows are built: a lower peak (Storage.release)
     for i in range(len(order) - 1, -1, -1):  # free ops (Constant, Shape) join their first consumer's group
         if grp[i] < 0:
             readers = sorted({pos[c.name] for t in at[i].outputs if t for c in graph.consumers(t)})
@@ -239,7 +240,8 @@ def _fuse(graph: Graph, costs: CostResult, pol: Policy) -> FusionResult:
             if top is not None:
                 index[c.name] = index[top]
     size = len(order)
-    rows = [b for b in fuser.boundaries if group_at[b[0]] != group_at[b[1]]]
+    storage.release()  # what only a crossing query reads: built again on the first one
+    rows = [b for b in refused if group_at[b[0]] != group_at[b[1]]]
     rows.sort(key=lambda b: b[0] * size + b[1])  # by (producer, consumer) position, stable
     boundaries = tuple(Boundary(order[p], order[c], t, reason, code) for p, c, t, reason, code in rows)
     return FusionResult(pol.name, tuple(groups), boundaries, graph, MappingProxyType(node_costs),
