@@ -165,7 +165,7 @@ class Fuser(GroupOrder):
                     names = self.names
                     on_paths = self._members_of(between)
                     n = len(on_paths)  # only the first three are named: not all sorted (LLaMA: up to 1,800;
-                    # its fuse, with this file's other changes, 0.25-0.265 → 0.23-0.24 s CPU, best of 8, side by side)
+                    # a refusal names only three, so only three are picked)
                     shown = ", ".join(names[i] for i in heapq.nsmallest(3, on_paths)) + (
                         f" and {n - 3} more" if n > 3 else "")
                     return Refusal(CODES.WOULD_CREATE_CYCLE,
