@@ -164,8 +164,7 @@ class Fuser(GroupOrder):
                 if inner is not None:
                     names = self.names
                     on_paths = self._members_of(between)
-                    n = len(on_paths)  # only the first three are named: not all sorted (LLaMA: up to 1,800;
-                    # a refusal names only three, so only three are picked)
+                    n = len(on_paths)  # the message names the first three: those are picked, not all sorted
                     shown = ", ".join(names[i] for i in heapq.nsmallest(3, on_paths)) + (
                         f" and {n - 3} more" if n > 3 else "")
                     return Refusal(CODES.WOULD_CREATE_CYCLE,

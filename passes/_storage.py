@@ -20,7 +20,7 @@ set from the same crossing; ``graphcost.measure.fusion_ort`` passes ``runs`` for
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,36 +184,15 @@ class Storage:
                 ) -> tuple[dict[str, Entry], dict[str, Entry]]:
         """:meth:`crossing` as two dicts, reads keyed by storage and writes by tensor; ``ordered`` is ``inside``
         in the order the entries are wanted (the fusion pass passes its groups' member lists as they are)."""
-        reads: dict[str, Entry] = {}
-        writes: dict[str, Entry] = {}
-        infos, base, producer, readers, node_of = self.infos, self.base, self.producer, self.readers, self.graph.node
-        sreads, output_storages, nbytes, tensor = self.reads, self.output_storages, self._bytes, self.graph.tensor
-        for n in ordered:
-            info = infos.get(n)
-            if info is None or info.role is _VIEW or info.role is _FREE:
-                continue
-            for t in sreads[n]:
-                b = base.get(t, t)
-                if b not in reads and producer.get(b) not in inside:
-                    got = nbytes.get(t, _MISSING)
-                    if got is _MISSING:
-                        got = nbytes[t] = tensor_bytes(tensor(t))
-                    reads[b] = (t, n, got)  # type: ignore[assignment]
-            for t in node_of(n).outputs:
-                if not t or t in writes:
-                    continue
-                if t not in output_storages:
-                    for r in readers.get(t, ()):
-                        if r not in inside and (runs is None or runs(r)):
-                            break
-                    else:
-                        continue
-                got = nbytes.get(t, _MISSING)
-                if got is _MISSING:
-                    got = nbytes[t] = tensor_bytes(tensor(t))
-                writes[t] = (t, n, got)  # type: ignore[assignment]
-        return reads, writes
+        infos, sreads, node_of = self.infos, self.reads, self.graph.node
 
+        def kernels() -> Iterator[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+            for n in ordered:
+                info = infos.get(n)
+                if info is not None and info.role is not _VIEW and info.role is not _FREE:
+                    yield n, sreads[n], node_of(n).outputs
+
+        return self._traffic(kernels(), inside, runs)
 
     def traffic_at(self, ordered: Iterable[int], names: Sequence[str], info_at: Sequence[NodeInfo],
                    reads_at: Sequence[tuple[str, ...]], nodes_at: Sequence[Node], inside: Collection[str]
@@ -221,28 +200,38 @@ class Storage:
         """:meth:`traffic` of the members at positions ``ordered`` (every node running), their names, infos, data
         reads and records read from the ``*_at`` lists by position instead of three name look-ups per member
         (synthetic-100k's 20k groups of several nodes)."""
+
+        def kernels() -> Iterator[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+            for i in ordered:
+                role = info_at[i].role
+                if role is not _VIEW and role is not _FREE:
+                    yield names[i], reads_at[i], nodes_at[i].outputs
+
+        return self._traffic(kernels(), inside, None)
+
+    def _traffic(self, kernels: Iterable[tuple[str, tuple[str, ...], tuple[str, ...]]], inside: Collection[str],
+                 runs: Callable[[str], bool] | None) -> tuple[dict[str, Entry], dict[str, Entry]]:
+        """The set-traffic convention itself, over ``inside``'s kernel nodes as (name, data reads, outputs) in the
+        order wanted: each storage read from outside once, each tensor read by a running node outside (or a graph
+        output) written once."""
         reads: dict[str, Entry] = {}
         writes: dict[str, Entry] = {}
         base, producer, readers = self.base, self.producer, self.readers
         output_storages, nbytes, tensor = self.output_storages, self._bytes, self.graph.tensor
-        for i in ordered:
-            role = info_at[i].role
-            if role is _VIEW or role is _FREE:
-                continue
-            n = names[i]
-            for t in reads_at[i]:
+        for n, data, outputs in kernels:
+            for t in data:
                 b = base.get(t, t)
                 if b not in reads and producer.get(b) not in inside:
                     got = nbytes.get(t, _MISSING)
                     if got is _MISSING:
                         got = nbytes[t] = tensor_bytes(tensor(t))
                     reads[b] = (t, n, got)  # type: ignore[assignment]
-            for t in nodes_at[i].outputs:
+            for t in outputs:
                 if not t or t in writes:
                     continue
                 if t not in output_storages:
                     for r in readers.get(t, ()):
-                        if r not in inside:
+                        if r not in inside and (runs is None or runs(r)):
                             break
                     else:
                         continue

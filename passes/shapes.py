@@ -82,8 +82,8 @@ class PackedTypes(Mapping[str, onnx.TypeProto]):
 
     A table of ``TypeProto`` objects keeps the whole inferred model they were read from alive (protobuf frees a
     message's arena only when no part of it is referenced): synthetic-100k held 95 MiB more for it (RSS after
-    the pass, heap trimmed: 391 → 296 MiB). Serialized, the
-    types cost about 70 bytes each, and a result's table is read a few times at most (tests, ``model_proto``)."""
+    the pass, heap trimmed: 391 → 296 MiB). Serialized, the types cost about 70 bytes each, and a result's table
+    is read a few times at most (tests, ``model_proto``)."""
 
     __slots__ = ("_packed",)
 
