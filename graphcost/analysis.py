@@ -24,7 +24,6 @@ import numpy as np
 import onnx
 
 from graphcost._dims import Dim, free_names
-from graphcost._gc import release_heap
 from graphcost.binding import (
     DEFAULT_DIM_VALUE,
     Binding,
@@ -146,7 +145,6 @@ class Analysis:
         given = dim_keys(dims)  # the model's own spelling of a dim binds it too (DynamicDimension.0)
         with stage("shapes"):
             shapes = infer_shapes(m, input_shapes=shapes_given or None, dims=given or None, input_values=values or None)
-        release_heap(len(shapes.graph))  # the pass's freed model copies, back to the OS before the rest allocates
         graph = shapes.graph
         with stage("costs", graph):
             costs = count_costs(graph)

@@ -161,15 +161,22 @@ _COPY_CHAIN = 16
 
 
 def _shape_of(type_proto: onnx.TypeProto, owner: str) -> tuple[Shape | None, str]:
-    """Shape and dtype of a tensor type; unnamed dims become symbols named after the tensor.
+    """Shape and dtype of a tensor type; unnamed dims become symbols named after the tensor."""
+    return _shape_of_packed(type_proto.SerializeToString(), owner, type_proto)
+
+
+def _shape_of_packed(key: bytes, owner: str, type_proto: onnx.TypeProto | None = None) -> tuple[Shape | None, str]:
+    """:func:`_shape_of` of a serialized type (the shapes pass's table holds them so), decoded only on a miss.
 
     Real models repeat a handful of types thousands of times, so decoded types are cached by their
     serialized bytes (except those with unnamed dims, whose symbols are named after their tensor).
     """
-    key = type_proto.SerializeToString()
     hit = _TYPE_CACHE.get(key)
     if hit is not None:
         return hit
+    if type_proto is None:
+        type_proto = onnx.TypeProto()
+        type_proto.ParseFromString(key)
     result, owner_specific = _decode_type(type_proto, owner)
     if not owner_specific and len(_TYPE_CACHE) < _TYPE_CACHE_LIMIT:
         _TYPE_CACHE[key] = result
@@ -243,10 +250,10 @@ class Graph:
         prefix: str = "",
         parent: Graph | None = None,
         base_dir: str | None = None,
-        types: Mapping[str, onnx.TypeProto] | None = None,
+        types: Mapping[str, bytes] | None = None,
     ) -> None:
-        """``types`` (value name → type, the shapes pass's table for this graph and its subgraphs)
-        replaces the graph's stored value_info when given."""
+        """``types`` (value name → serialized ``TypeProto``, the shapes pass's table for this graph and its
+        subgraphs) replaces the graph's stored value_info when given."""
         self.proto = graph
         self.name = graph.name
         self.opsets = dict(opsets)
@@ -272,15 +279,16 @@ class Graph:
     # ----------------------------------------------------------------- construction
     def _build(self) -> None:
         g = self.proto
-        typed: Mapping[str, onnx.TypeProto]
+        typed: Mapping[str, bytes]
         if self._types is not None:
             typed = self._types
         else:
-            stored: dict[str, onnx.TypeProto] = {}
+            stored: dict[str, bytes] = {}
             for vi in g.value_info:
-                stored[vi.name] = vi.type
+                stored[vi.name] = vi.type.SerializeToString()
             for vi in g.output:
-                stored.setdefault(vi.name, vi.type)
+                if vi.name not in stored:
+                    stored[vi.name] = vi.type.SerializeToString()
             typed = stored
         output_set = set(self.output_names)
 
@@ -298,7 +306,8 @@ class Graph:
         for vi in g.input:
             if vi.name in self._tensors:
                 continue  # an initializer also listed as input (IR < 4): it is a parameter
-            shape, dtype = _shape_of(typed.get(vi.name) or vi.type, vi.name)
+            packed = typed.get(vi.name)
+            shape, dtype = (_shape_of(vi.type, vi.name) if packed is None else _shape_of_packed(packed, vi.name))
             self._tensors[vi.name] = Tensor(vi.name, shape, dtype, TensorKind.INPUT)
 
         used_names: set[str] = set()
@@ -320,7 +329,7 @@ class Graph:
                     continue
                 self._producer[out] = full
                 tp = typed.get(out)
-                shape, dtype = _shape_of(tp, out) if tp is not None else (None, UNKNOWN_DTYPE)
+                shape, dtype = _shape_of_packed(tp, out) if tp is not None else (None, UNKNOWN_DTYPE)
                 if is_const_source:
                     self._constant_nodes[out] = proto
                     cshape, cdtype = _constant_shape(proto)

@@ -80,7 +80,7 @@ class LiveTensor:
         return {"name": self.name, "bytes": self.bytes, "producer": self.producer}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CurvePoint:
     step: int
     node: str

@@ -33,12 +33,14 @@ import sys
 from collections import ChainMap
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
 
 from graphcost._dims import Dim, free_names, parse_dim, text_names, to_text
+from graphcost._gc import release_heap
 from graphcost.graph import Graph, graph_protos, name_anonymous_input_dims, unknown_dim_name
 from graphcost.load import Model, opset_lookup
 from graphcost.passes import _contrib_shapes, _datadep, _engines, _symsweep
@@ -91,6 +93,10 @@ class PackedTypes(Mapping[str, onnx.TypeProto]):
         intern = sys.intern  # the same name objects as the Graph's tables (100k names: 5.5 MiB otherwise)
         self._packed = {intern(k): v.SerializeToString() for k, v in types.items()}
 
+    def packed(self) -> Mapping[str, bytes]:
+        """The serialized types by name, read-only (what :class:`Graph` decodes, through its type cache)."""
+        return MappingProxyType(self._packed)
+
     def __getitem__(self, name: str) -> onnx.TypeProto:
         out = onnx.TypeProto()
         out.ParseFromString(self._packed[name])
@@ -126,7 +132,7 @@ def infer_shapes(
     given = _NAMES.set(names)
     verdicts = _VERDICTS.set({})
     try:
-        return _infer_shapes(model, input_shapes=input_shapes, dims=dims, input_values=input_values)
+        chosen = _choose_types(model, input_shapes=input_shapes, dims=dims, input_values=input_values)
     finally:
         _VERDICTS.reset(verdicts)
         _NAMES.reset(given)
@@ -135,6 +141,11 @@ def infer_shapes(
         _SLOTS.reset(candidates)
         _GRAPH_OPS.reset(holders)
         _FLAT.reset(token)
+    # Every inferred copy is unreferenced now (the engines' tables above point into them; the chosen types are
+    # packed), so the C heap they held goes back to the OS before the Graph's Python objects are allocated,
+    # which never reuse it. synthetic-100k: the Graph built next to the copies made the pass's peak (533 MiB).
+    release_heap(len(chosen.base.graph.node))
+    return _result(model, chosen)
 
 
 class _Census(NamedTuple):
@@ -190,13 +201,42 @@ def _census(graph: onnx.GraphProto) -> _Census:
     return _Census(flat, contrib, names if flat else None, graph_ops, slots if flat else None)
 
 
-def _infer_shapes(
+def _result(model: Model, chosen: _Chosen) -> ShapeResult:
+    """The Graph with the chosen types, built on ``base`` (the caller's model, or its copy with input shapes),
+    which outlives this pass anyway."""
+    base, types, symbolic = chosen.base, chosen.types, chosen.symbolic
+    graph = Graph(base.graph, opset_lookup(base), base_dir=model.base_dir, types=types.packed())
+    symbolic_graph = None
+    if symbolic is not None and symbolic.packed() != types.packed():
+        symbolic_graph = Graph(base.graph, opset_lookup(base), base_dir=model.base_dir, types=symbolic.packed())
+    input_dims: set[str] = set()
+    for name in graph.input_names:
+        t = graph.tensor(name)
+        if t is not None and t.shape is not None:
+            for d in t.shape:
+                input_dims |= free_names(d)
+    return ShapeResult(graph, types, tuple(chosen.warnings), tuple(sorted(input_dims)), tuple(chosen.engines),
+                       base, symbolic_graph)
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """What the engines decided: the type of every value (and, with bound dims, the symbolic-only types)."""
+
+    base: onnx.ModelProto
+    types: PackedTypes
+    symbolic: PackedTypes | None
+    warnings: tuple[ShapeWarning, ...]
+    engines: tuple[str, ...]
+
+
+def _choose_types(
     model: Model,
     *,
     input_shapes: Mapping[str, InputShape] | None,
     dims: Mapping[str, int] | None,
     input_values: Mapping[str, Any] | None,
-) -> ShapeResult:
+) -> _Chosen:
     warnings: list[ShapeWarning] = []
     base = with_input_shapes(model.proto, input_shapes)  # read only; the copies below are what inference may change
 
@@ -279,20 +319,9 @@ def _infer_shapes(
     _check_declared_outputs(base.graph, typed, warnings)
     if base.graph.value_info or not _FLAT.get():
         _check_declared_values(base.graph, typed, warnings)
-    # built on ``base`` (the caller's model, or its copy with input shapes), which outlives this pass anyway: the
-    # inferred copies and their value_info are freed on return (synthetic-100k: see PackedTypes)
-    graph = Graph(base.graph, opset_lookup(base), base_dir=model.base_dir, types=typed)
-    symbolic_graph = None
-    if symbolic_typed is not None and symbolic_typed != typed:
-        symbolic_graph = Graph(base.graph, opset_lookup(base), base_dir=model.base_dir, types=symbolic_typed)
-    input_dims: set[str] = set()
-    for name in graph.input_names:
-        t = graph.tensor(name)
-        if t is not None and t.shape is not None:
-            for d in t.shape:
-                input_dims |= free_names(d)
-    return ShapeResult(graph, PackedTypes(typed), tuple(warnings), tuple(sorted(input_dims)), tuple(engines), base,
-                       symbolic_graph)
+    # packed here, so that no TypeProto of the inferred copies outlives this call (see PackedTypes)
+    return _Chosen(base, PackedTypes(typed), None if symbolic_typed is None else PackedTypes(symbolic_typed),
+                   tuple(warnings), tuple(engines))
 
 
 def _symbolic_turns(stripped: onnx.ModelProto, inferred: onnx.ModelProto, typed: TypeTable, names: list[str],
