@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from graphcost._dims import Dim, free_names
+from graphcost._gc import release_heap
 from graphcost.binding import (
     DEFAULT_DIM_VALUE,
     Binding,
@@ -55,6 +56,8 @@ def stage(name: str, graph: Graph | None = None) -> Iterator[None]:
     """Run one pass; turn an unexpected exception into a :class:`PassError` naming the pass (and node)."""
     try:
         yield
+        if graph is not None:
+            release_heap(len(graph))
     except ValueError:
         raise  # the pass's own sentence for the user (InvalidModel, a bad dim...), already one line
     except Exception as e:

@@ -179,14 +179,16 @@ class MemoryResult:
     training: TrainingMemory | None = None
     warnings: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON ``memory`` object."""
+    def to_dict(self, *, lazy: bool = False) -> dict[str, Any]:
+        """The JSON ``memory`` object. ``lazy``: the curve as an iterator of its dicts, for a writer that streams
+        it (``Report.json_chunks``; synthetic-100k: 100k dicts, about 25 MiB, never all alive at once)."""
+        curve = (p.to_dict() for p in self.curve)
         return {
             "parameter_bytes": self.parameter_bytes, "peak_activation_bytes": self.peak_activation_bytes,
             "peak_node": self.peak_node, "peak_step": self.peak_step,
             "live_at_peak": [t.to_dict() for t in self.live_at_peak],
             "min_peak_bytes": self.min_peak_bytes, "conservative_peak_bytes": self.conservative_peak_bytes,
-            "curve": [p.to_dict() for p in self.curve], "top_tensors": [t.to_dict() for t in self.top_tensors],
+            "curve": curve if lazy else list(curve), "top_tensors": [t.to_dict() for t in self.top_tensors],
             "reorder": None if self.reorder is None else self.reorder.to_dict(),
             "arena": None if self.arena is None else self.arena.to_dict(),
             "training": None if self.training is None else self.training.to_dict(),

@@ -314,3 +314,26 @@ def test_protected_paths_names_the_model_and_every_weights_file(tmp_path: Path) 
     check_output(os.devnull, not_needed)
     with pytest.raises(OutputPathError, match=r"refusing to overwrite the input model$"):
         check_output(model, lambda: protected_paths(str(model)))
+
+
+def test_an_output_that_cannot_be_the_weights_is_checked_without_loading_the_model(tmp_path: Path) -> None:
+    """External data lies inside the model's real folder, so an existing single-named file elsewhere is checked
+    against the model's own path only (no structure load); inside the folder, or through a second hard link,
+    the weights are found and protected as before."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    model, weights = tiny_model(folder)
+    elsewhere = tmp_path / "report.json"
+    elsewhere.write_text("old")
+    beside = folder / "report.json"
+    beside.write_text("old")
+    hard = tmp_path / "hard.bin"
+    os.link(weights, hard)
+    real_weights = os.path.realpath(weights)
+    assert protected_paths(model, elsewhere) == {str(model): "the input model"}
+    assert real_weights in protected_paths(model, beside)
+    assert real_weights in protected_paths(model, hard)
+    assert real_weights in protected_paths(model)  # no output given: everything, as before
+    with pytest.raises(OutputPathError, match="refusing to overwrite the input model's external data"):
+        check_output(hard, lambda: protected_paths(model, hard))
+    check_output(elsewhere, lambda: protected_paths(model, elsewhere))  # nothing to refuse

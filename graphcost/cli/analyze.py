@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise CliError("--top must be ≥ 0")
     if args.output:  # before anything runs: never over the model, its weights or the --hardware file
-        guard(args.output, lambda: {**protected_paths(args.model), **hardware_input(args.hardware)})
+        guard(args.output, lambda: {**protected_paths(args.model, args.output), **hardware_input(args.hardware)})
     hw = resolve_hardware(args)
     if args.alignment <= 0:
         raise CliError("--alignment must be a positive number of bytes")

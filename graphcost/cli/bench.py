@@ -122,7 +122,7 @@ def measure_and_report(args: argparse.Namespace, *, gap: bool) -> int:
 
         model = None if args.model.startswith("ref:") or factory is not None else args.model
         code = {str(factory): "the model's code"} if factory is not None else {}
-        guard(args.output, lambda: {**(protected_paths(model) if model else {}), **code,
+        guard(args.output, lambda: {**(protected_paths(model, args.output) if model else {}), **code,
                                     **hardware_input(args.hardware)})
     if gap and args.hardware is None and not args.peak_flops and args.memory_bandwidth is None:
         args.hardware = "measured"  # a measurement on this machine is bounded by its measured roofs

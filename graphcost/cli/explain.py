@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.against not in CONVENTIONS:
         raise CliError(f"--against {args.against!r}: expected one of {', '.join(CONVENTIONS)}")
     if args.output:
-        guard(args.output, lambda: {**protected_paths(args.model), **hardware_input(args.hardware)})
+        guard(args.output, lambda: {**protected_paths(args.model, args.output), **hardware_input(args.hardware)})
     flags = parse_model_flags(args)
     hw = resolve_hardware(args)
     try:

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             raise CliError("--memory-bytes must be > 0")
     if args.output:
 
-        guard(args.output, lambda: {**protected_paths(args.model), **hardware_input(args.hardware)})
+        guard(args.output, lambda: {**protected_paths(args.model, args.output), **hardware_input(args.hardware)})
     flags = parse_model_flags(args)
     hw = resolve_hardware(args)
     a = flags.analysis(args.model)

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     flags = parse_model_flags(args)
     if args.output:
 
-        guard(args.output, lambda: {**protected_paths(args.model), **hardware_input(args.hardware),
+        guard(args.output, lambda: {**protected_paths(args.model, args.output), **hardware_input(args.hardware),
                                     **hardware_input(args.cluster)})
     if args.tokens is not None and args.tokens < 1:
         raise CliError("--tokens must be ≥ 1")

@@ -303,7 +303,8 @@ class Report:
 
     def to_dict(self, *, nodes: bool = True, lazy: bool = False) -> dict[str, Any]:
         """The report as plain data; ``nodes=False`` leaves the rows out (``"nodes": None``, key kept in place);
-        ``lazy`` leaves the fusion section's group and boundary lists as iterators (for :meth:`json_chunks`)."""
+        ``lazy`` leaves the fusion section's group and boundary lists and the memory curve as iterators (for
+        :meth:`json_chunks`)."""
         return {
             "schema": self.schema,
             "model": self.model.to_dict(),
@@ -316,11 +317,10 @@ class Report:
             "shape_inference": list(self.shape_engines),
             "nodes": [n.to_dict() for n in self.nodes] if nodes else None,
             "warnings": [w.to_dict() for w in self.warnings],
-            **({} if self.fusion is None else {"fusion": self.fusion.to_dict(lazy=True) if lazy else
-                                               self.fusion.to_dict()}),
+            **({} if self.fusion is None else {"fusion": self.fusion.to_dict(lazy=lazy)}),
+            **({} if self.memory is None else {"memory": self.memory.to_dict(lazy=lazy)}),
             **{key: section.to_dict() for key, section in
-               (("memory", self.memory), ("batchnorm", self.batchnorm), ("llm", self.llm), ("whatif", self.whatif))
-               if section is not None},
+               (("batchnorm", self.batchnorm), ("llm", self.llm), ("whatif", self.whatif)) if section is not None},
         }
 
     def to_json(self, indent: int | None = None) -> str:
