@@ -584,7 +584,8 @@ def find_cycle(order: Sequence[str], preds: Mapping[str, Sequence[str]]) -> tupl
 def _constant_shape(proto: onnx.NodeProto) -> tuple[Shape | None, str | None]:
     for a in proto.attribute:
         if a.type == onnx.AttributeProto.TENSOR:
-            return tuple(int(d) for d in a.t.dims), dtype_name(a.t.data_type)
+            t = a.t  # one wrapper; its dims are Python ints already
+            return tuple(t.dims), dtype_name(t.data_type)
         if a.type == onnx.AttributeProto.SPARSE_TENSOR:
             return tuple(int(d) for d in a.sparse_tensor.dims), dtype_name(a.sparse_tensor.values.data_type)
         if a.name == "value_int":
