@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 
 import graphcost
 from graphcost.report import _json as report_json
@@ -61,3 +62,14 @@ def test_compact_report_is_the_dumps_of_its_dict() -> None:
     compact = "".join(report.json_chunks(indent=0))  # indent 0: the compact writer at any size
     assert compact == report_json.dumps(report.to_dict(), None)
     assert json.loads(compact)["nodes"][0]["name"] == report.nodes[0].name
+
+
+def test_the_lazy_dict_streams_the_memory_curve_and_holds_the_same_points() -> None:
+    """``json_chunks`` writes the memory curve (one point per step: 100k dicts at synthetic-100k) from an
+    iterator, never as a list held whole; the points are those of ``to_dict()``."""
+    report = graphcost.analyze("models/tiny_transformer.onnx")
+    lazy = report.to_dict(nodes=False, lazy=True)["memory"]["curve"]
+    assert isinstance(lazy, Iterator)
+    eager = report.to_dict()["memory"]["curve"]
+    assert isinstance(eager, list) and len(eager) == len(report.memory.curve) > 0
+    assert list(lazy) == eager
