@@ -25,12 +25,13 @@ def paused() -> Iterator[None]:
 
 
 _TRIM_NODES = 20_000
-"""Graphs from this many nodes return the heap the shapes pass freed (below it the freed copies are a few MiB)."""
+"""Graphs from this many nodes return the heap a pass freed (below it what a pass frees is a few MiB)."""
 
 
 def release_heap(nodes: int) -> None:
-    """Hand the C heap's free pages back to the operating system (glibc ``malloc_trim``) after a large graph's
-    shape pass, whose inferred model copies are freed on return.
+    """Hand the C heap's free pages back to the operating system (glibc ``malloc_trim``) after a pass on a large
+    graph: the shape pass's inferred model copies (trimmed before the Graph is built, ``passes/shapes.py``) and
+    each later pass's working tables (``analysis.stage``).
 
     Those copies are protobuf arenas in the C heap; once freed, glibc keeps them for later ``malloc`` calls, but
     Python's small objects come from arenas of their own, so nothing after the pass reuses them and they stay in

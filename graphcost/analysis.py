@@ -53,7 +53,8 @@ class PassError(ValueError):
 
 @contextlib.contextmanager
 def stage(name: str, graph: Graph | None = None) -> Iterator[None]:
-    """Run one pass; turn an unexpected exception into a :class:`PassError` naming the pass (and node)."""
+    """Run one pass; turn an unexpected exception into a :class:`PassError` naming the pass (and node). After a
+    pass on ``graph``, the heap it freed goes back to the OS (:func:`release_heap`, large graphs only)."""
     try:
         yield
         if graph is not None:

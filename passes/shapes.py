@@ -222,8 +222,8 @@ def _result(model: Model, chosen: _Chosen) -> ShapeResult:
         if t is not None and t.shape is not None:
             for d in t.shape:
                 input_dims |= free_names(d)
-    return ShapeResult(graph, types, tuple(chosen.warnings), tuple(sorted(input_dims)), tuple(chosen.engines),
-                       base, symbolic_graph)
+    return ShapeResult(graph, types, chosen.warnings, tuple(sorted(input_dims)), chosen.engines, base,
+                       symbolic_graph)
 
 
 @dataclass(frozen=True)
