@@ -15,15 +15,16 @@ is not UTF-8 (a ``str`` with surrogate escapes on POSIX) or holds control charac
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
 
 from graphcost import _scan
-from graphcost.graph import Graph
+from graphcost.graph import Graph, NodeFields, read_node_fields
 from graphcost.report.escape import terminal_text
 
 __all__ = ["LoadError", "Model", "clean_strings", "display_path", "external_data_path", "external_files",
@@ -86,6 +87,14 @@ class Model:
     proto: onnx.ModelProto = field(repr=False)
     path: str | None
     base_dir: str | None
+    nodes: tuple[NodeFields, ...] | None = field(default=None, repr=False, compare=False)
+    """The main graph's node fields as the loader read them (None: read on first use, :attr:`node_fields`)."""
+
+    @functools.cached_property
+    def node_fields(self) -> tuple[NodeFields, ...]:
+        """``read_node_fields(proto.graph)``, read once: validation, the shapes pass and the Graph take them from
+        here instead of each reading every node's fields from protobuf again."""
+        return self.nodes if self.nodes is not None else read_node_fields(self.proto.graph)
 
     @property
     def opsets(self) -> dict[str, int]:
@@ -98,7 +107,7 @@ class Model:
 
     def graph(self) -> Graph:
         """The graph as stored in the file (shapes only where the file declares them)."""
-        return Graph(self.proto.graph, _opset_lookup(self.proto), base_dir=self.base_dir)
+        return Graph(self.proto.graph, _opset_lookup(self.proto), base_dir=self.base_dir, fields=self.node_fields)
 
 
 def _opset_lookup(proto: onnx.ModelProto) -> dict[str, int]:
@@ -120,8 +129,7 @@ def load(source: str | os.PathLike[str] | onnx.ModelProto | bytes) -> Model:
         proto = onnx.ModelProto()
         proto.CopyFrom(source)
         _check(proto, "<ModelProto>")
-        _as_text(proto)
-        return Model(_inline(proto, "<ModelProto>"), None, None)
+        return _model(proto, _as_text(proto), "<ModelProto>", None, None)
     if isinstance(source, (bytes, bytearray)):
         proto = onnx.ModelProto()
         try:
@@ -129,8 +137,7 @@ def load(source: str | os.PathLike[str] | onnx.ModelProto | bytes) -> Model:
         except Exception as e:
             raise LoadError(f"<bytes>: not an ONNX model ({_first_line(e)})") from None
         _check(proto, "<bytes>")
-        _as_text(proto)
-        return Model(_inline(proto, "<bytes>"), None, None)
+        return _model(proto, _as_text(proto), "<bytes>", None, None)
 
     path = os.fspath(source)
     shown = display_path(path)
@@ -158,9 +165,17 @@ def load(source: str | os.PathLike[str] | onnx.ModelProto | bytes) -> Model:
     except OSError as e:
         raise LoadError(f"{shown}: cannot read ({e.strerror or e})") from None
     _check(proto, shown)
-    _as_text(proto)
-    _check_external(proto, shown, base_dir, _scan.own_location(real))
-    return Model(_inline(proto, shown), path, base_dir)
+    fields = _as_text(proto)
+    _check_external(proto, shown, base_dir, _scan.own_location(real), fields)
+    return _model(proto, fields, shown, path, base_dir)
+
+
+def _model(proto: onnx.ModelProto, fields: tuple[NodeFields, ...], where: str, path: str | None,
+           base_dir: str | None) -> Model:
+    """The Model, its local functions inlined; the node fields read by the text check go with it when inlining
+    left the nodes as they were."""
+    inlined = _inline(proto, where)
+    return Model(inlined, path, base_dir, fields if inlined is proto else None)
 
 
 def model_text(value: str | bytes) -> str:
@@ -208,21 +223,36 @@ def _repeated(fd: Any) -> bool:
     return bool(is_repeated) if is_repeated is not None else fd.label == fd.LABEL_REPEATED
 
 
-def _as_text(proto: onnx.ModelProto) -> None:
+def _as_text(proto: onnx.ModelProto) -> tuple[NodeFields, ...]:
     """Make every string of a freshly parsed proto valid text (:func:`clean_strings`), walking the whole message
     only when a cheap look at the strings graphcost reads most finds raw bytes: the full walk costs about 0.5 s on
-    a 100k-node graph (bench/data/synthetic-100k.onnx), the look about a third of that."""
-    if proto.functions or _raw_bytes_in(proto.graph) or type(proto.producer_name) is bytes \
-            or type(proto.producer_version) is bytes or any(type(o.domain) is bytes for o in proto.opset_import):
+    a 100k-node graph (bench/data/synthetic-100k.onnx). Returns the main graph's node fields: the look at its nodes
+    is their read (:func:`~graphcost.graph.read_node_fields`, which refuses bytes)."""
+    try:
+        fields: tuple[NodeFields, ...] | None = read_node_fields(proto.graph)
+    except TypeError:  # a node's name, op type, domain, input or output is bytes: not UTF-8
+        fields = None
+    if fields is None or proto.functions or _raw_bytes_in(proto.graph, fields) \
+            or type(proto.producer_name) is bytes or type(proto.producer_version) is bytes \
+            or any(type(o.domain) is bytes for o in proto.opset_import):
         clean_strings(proto)
+        fields = read_node_fields(proto.graph)
+    return fields
 
 
-def _raw_bytes_in(graph: onnx.GraphProto) -> bool:
+def _raw_bytes_in(graph: onnx.GraphProto, fields: Sequence[NodeFields] | None = None) -> bool:
+    """Whether a string the look reads is bytes; ``fields``: the graph's nodes, read as text already (so only
+    the subgraphs of its control ops are looked at)."""
     if type(graph.name) is bytes:
         return True
     for vi in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
         if type(vi.name) is bytes:
             return True
+    if fields is not None:
+        nodes = graph.node
+        return any(f.graphs and f.op_type in _CONTROL_OPS
+                   and any(_raw_bytes_in(a.g) for a in nodes[i].attribute if a.type == a.GRAPH)
+                   for i, f in enumerate(fields))
     for n in graph.node:
         if type(n.op_type) is bytes or type(n.name) is bytes or type(n.domain) is bytes \
                 or any(type(x) is bytes for x in n.input) or any(type(x) is bytes for x in n.output):
@@ -254,13 +284,16 @@ def _check(proto: onnx.ModelProto, where: str) -> None:
         raise LoadError(f"{where}: ONNX graph is empty (no nodes, no outputs)")
 
 
-def _iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every TensorProto a graph holds: initializers (sparse ones too) and node attributes, subgraphs included."""
+def _iter_tensors(graph: onnx.GraphProto, fields: Sequence[NodeFields] | None = None
+                  ) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto a graph holds: initializers (sparse ones too) and node attributes, subgraphs included.
+    ``fields``: the graph's node fields, so that only the nodes with attributes are read again."""
     yield from graph.initializer
     for s in graph.sparse_initializer:
         yield s.values
         yield s.indices
-    yield from _node_tensors(graph.node)
+    nodes = graph.node
+    yield from _node_tensors(nodes if fields is None else (nodes[i] for i, f in enumerate(fields) if f.attributes))
 
 
 def _node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
@@ -284,9 +317,11 @@ def _node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]
                     yield from _iter_tensors(g)
 
 
-def external_refs(proto: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, dict[str, str]]]:
-    """Each externally stored tensor of the model (graph, local functions, training graphs) with its entries."""
-    tensors: list[Iterable[onnx.TensorProto]] = [_iter_tensors(proto.graph)]
+def external_refs(proto: onnx.ModelProto, fields: Sequence[NodeFields] | None = None
+                  ) -> Iterator[tuple[onnx.TensorProto, dict[str, str]]]:
+    """Each externally stored tensor of the model (graph, local functions, training graphs) with its entries;
+    ``fields``: the main graph's node fields when the caller has them (:func:`_iter_tensors`)."""
+    tensors: list[Iterable[onnx.TensorProto]] = [_iter_tensors(proto.graph, fields)]
     tensors += [_node_tensors(f.node) for f in proto.functions]
     tensors += [_iter_tensors(g) for ti in proto.training_info for g in (ti.initialization, ti.algorithm)]
     for group in tensors:
@@ -295,10 +330,11 @@ def external_refs(proto: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, di
                 yield t, {e.key: e.value for e in t.external_data}
 
 
-def _check_external(proto: onnx.ModelProto, shown: str, base_dir: str, own_location: str) -> None:
+def _check_external(proto: onnx.ModelProto, shown: str, base_dir: str, own_location: str,
+                    fields: Sequence[NodeFields]) -> None:
     """External data must stay in the model's folder, be regular files and be long enough; it is never read."""
     sizes: dict[str, int] = {}
-    for t, info in external_refs(proto):
+    for t, info in external_refs(proto, fields):
         location = info.get("location", "")
         if not location:
             raise LoadError(f"{shown}: tensor {t.name!r} is external but names no file")

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
 
 from graphcost._dims import Dim, evaluate, free_names, to_text
-from graphcost.graph import Graph, cycle_text, find_cycle, unique_node_name
+from graphcost.graph import Graph, NodeFields, cycle_text, find_cycle, read_node_fields, unique_node_name
 from graphcost.load import Model
 
 
@@ -105,7 +105,7 @@ def raise_refusals(result: Validation, path: str | None = None) -> None:
 def validate(model: Model) -> Validation:
     """The structural findings of ``model``: its main graph, every subgraph, and its opsets."""
     findings = list(_opset_findings(model.opsets))
-    _graph_findings(model.proto.graph, "", frozenset(), findings)
+    _graph_findings(model.proto.graph, "", frozenset(), findings, model.node_fields)
     return Validation(tuple(findings))
 
 
@@ -118,69 +118,63 @@ def _opset_findings(opsets: Mapping[str, int]) -> Iterator[Finding]:
                       f"op semantics are taken from opset {known}")
 
 
-_SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-
-
-def _graph_findings(graph: onnx.GraphProto, prefix: str, outer: frozenset[str], findings: list[Finding]) -> None:
+def _graph_findings(graph: onnx.GraphProto, prefix: str, outer: frozenset[str], findings: list[Finding],
+                    fields: Sequence[NodeFields] | None = None) -> None:
     """Findings of one graph, then of its subgraphs (which may read ``outer``: the enclosing graphs' values).
 
-    One loop over the nodes reads each proto field once (protobuf field access is what this pass costs);
-    the cycle search runs only when some node reads a tensor that a later node writes."""
+    One loop over the nodes' fields (``fields``: the main graph's, read by the loader; a subgraph's are read
+    here); the cycle search runs only when some node reads a tensor that a later node writes."""
+    if fields is None:
+        fields = read_node_fields(graph)
     input_names = {vi.name for vi in graph.input}
     provided = input_names | {t.name for t in graph.initializer} | {sp.values.name for sp in graph.sparse_initializer}
     names: list[str] = []
     producer: dict[str, int] = {}  # tensor → index of the first node writing it
     used: set[str] = set()  # the names Graph gives (graph.unique_node_name)
-    holders: list[tuple[int, onnx.NodeProto]] = []
+    holders: list[int] = []
     read: set[str] = set()  # every tensor a node so far reads
     out_of_order = False  # some node reads a tensor that it or a later node writes
-    for index, proto in enumerate(graph.node):
-        raw = proto.name
-        base = raw or f"{proto.op_type}_{index}"
+    for index, f in enumerate(fields):
+        raw = f.name
+        base = raw or f"{f.op_type}_{index}"
         if base in used:  # a repeat: Graph's own rule names it
-            name = prefix + unique_node_name(proto, index, used)
+            name = prefix + unique_node_name(raw, f.op_type, index, used)
             if raw:  # a nameless node's made-up name met a real one: nothing the user wrote is renamed
-                findings.append(Finding(Severity.WARN, name, proto.op_type,
+                findings.append(Finding(Severity.WARN, name, f.op_type,
                                         f"an earlier node is also named {raw!r}; this one is reported as {name!r}"))
-        else:  # the common case, without a second read of the name field (with the per-node read list and op
-            # list gone, synthetic-100k's pass 0.96 → 0.75 s, in-process A/B on a loaded machine)
+        else:  # the common case
             used.add(base)
             name = prefix + base
         names.append(name)
-        read.update(proto.input)
-        outs = proto.output
+        read.update(f.inputs)
+        outs = f.outputs
         mine: set[str] | None = set() if len(outs) > 1 else None
         for t in outs:
             if not t:
                 continue
             if mine is not None:
                 if t in mine:
-                    findings.append(_twice(name, proto.op_type, t, "it writes twice"))
+                    findings.append(_twice(name, f.op_type, t, "it writes twice"))
                     continue
                 mine.add(t)
             first = producer.setdefault(t, index)
             if first != index:
-                findings.append(_twice(name, proto.op_type, t, f"node {names[first]!r} also writes"))
+                findings.append(_twice(name, f.op_type, t, f"node {names[first]!r} also writes"))
                 continue
             if t in read:
                 out_of_order = True
             if t in provided:
-                findings.append(_twice(name, proto.op_type, t, "a graph input" if t in input_names
+                findings.append(_twice(name, f.op_type, t, "a graph input" if t in input_names
                                        else "an initializer", also=True))
-        attributes = proto.attribute
-        if attributes:
-            for attr in attributes:
-                if attr.type in _SUBGRAPH_TYPES:
-                    holders.append((index, proto))
-                    break
+        if f.graphs:
+            holders.append(index)
     if out_of_order:  # file order is not topological (seen as each tensor's first writer is met, from a read
         # set filled in C: no second pass over every read; synthetic-100k's pass 2–10 % faster, in-process A/B)
-        preds = {names[i]: [names[producer[t]] for t in proto.input if t in producer]
-                 for i, proto in enumerate(graph.node)}
+        preds = {names[i]: [names[producer[t]] for t in f.inputs if t in producer] for i, f in enumerate(fields)}
         cycle = find_cycle(names, preds)
         if cycle is not None:
             first = names.index(cycle[0])
-            findings.append(Finding(Severity.REFUSE, cycle[0], graph.node[first].op_type, cycle_text(cycle)))
+            findings.append(Finding(Severity.REFUSE, cycle[0], fields[first].op_type, cycle_text(cycle)))
     scope = outer | provided | producer.keys()
     for vi in graph.output:
         if vi.name and vi.name not in scope:
@@ -188,8 +182,8 @@ def _graph_findings(graph: onnx.GraphProto, prefix: str, outer: frozenset[str], 
             findings.append(Finding(Severity.WARN, None, None,
                                     f"{where}output {vi.name!r} is produced by no node and is no input or "
                                     "initializer; it is not counted"))
-    for index, proto in holders:
-        for attr in proto.attribute:
+    for index in holders:
+        for attr in graph.node[index].attribute:
             subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else (
                 list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else [])
             for j, sub in enumerate(subs):
