@@ -241,8 +241,11 @@ def _as_text(proto: onnx.ModelProto) -> tuple[NodeFields, ...]:
 
 
 def _raw_bytes_in(graph: onnx.GraphProto, fields: Sequence[NodeFields] | None = None) -> bool:
-    """Whether a string the look reads is bytes; ``fields``: the graph's nodes, read as text already (so only
-    the subgraphs of its control ops are looked at)."""
+    """Whether a string the look reads is bytes: the graph's name, its values' names, each node's name, op type,
+    domain and tensor names, in every subgraph of every node (GRAPH and GRAPHS attributes, any op: a subgraph
+    the look skipped reached validation with bytes in it). ``fields``: the graph's nodes, read as text already,
+    so that only the nodes holding subgraphs are read again. Attribute names are not looked at (a bytes
+    attribute name is only never matched, it breaks nothing)."""
     if type(graph.name) is bytes:
         return True
     for vi in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
@@ -250,21 +253,23 @@ def _raw_bytes_in(graph: onnx.GraphProto, fields: Sequence[NodeFields] | None = 
             return True
     if fields is not None:
         nodes = graph.node
-        return any(f.graphs and f.op_type in _CONTROL_OPS
-                   and any(_raw_bytes_in(a.g) for a in nodes[i].attribute if a.type == a.GRAPH)
-                   for i, f in enumerate(fields))
+        return any(_raw_bytes_in_subgraphs(nodes[i]) for i, f in enumerate(fields) if f.graphs)
     for n in graph.node:
         if type(n.op_type) is bytes or type(n.name) is bytes or type(n.domain) is bytes \
                 or any(type(x) is bytes for x in n.input) or any(type(x) is bytes for x in n.output):
             return True
-        if n.op_type in _CONTROL_OPS and any(_raw_bytes_in(a.g) for a in n.attribute if a.type == a.GRAPH):
+        if n.attribute and _raw_bytes_in_subgraphs(n):
             return True
     return False
 
 
-_CONTROL_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
-"""The ops whose subgraphs the cheap look enters. It reads names, op types, domains and tensor names; attribute
-names are not looked at (a bytes attribute name is only never matched, it breaks nothing)."""
+def _raw_bytes_in_subgraphs(node: onnx.NodeProto) -> bool:
+    for a in node.attribute:
+        if a.type == a.GRAPH and _raw_bytes_in(a.g):
+            return True
+        if a.type == a.GRAPHS and any(_raw_bytes_in(g) for g in a.graphs):
+            return True
+    return False
 
 
 def _first_line(e: BaseException) -> str:

@@ -101,3 +101,22 @@ def test_a_node_name_that_is_not_utf8_is_refused_by_the_read_and_rewritten_by_th
     loaded = load(path)
     assert loaded.node_fields[0].name == "relu\\xc3\\xff"
     assert loaded.node_fields == read_node_fields(loaded.proto.graph)
+
+
+def test_a_name_that_is_not_utf8_inside_a_custom_ops_graphs_attribute_is_rewritten_too(tmp_path):
+    # The look for raw bytes entered only If/Loop/Scan/SequenceMap GRAPH attributes: a subgraph in a GRAPHS
+    # attribute of another op reached validation with bytes in it (an internal error). It enters all of them now.
+    body = helper.make_graph([helper.make_node("Neg", ["a"], ["b"], name="negQQ")], "body",
+                             [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+                             [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    node = helper.make_node("Foo", ["x"], ["y"], name="foo", domain="com.example")
+    node.attribute.append(helper.make_attribute("bodies", [body]))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 1)])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(proto.SerializeToString().replace(b"negQQ", b"neg\xc3\xff"))
+    loaded = load(path)
+    assert loaded.proto.graph.node[0].attribute[0].graphs[0].node[0].name == "neg\\xc3\\xff"
+    assert validate(loaded).findings == ()
