@@ -120,3 +120,23 @@ def test_a_name_that_is_not_utf8_inside_a_custom_ops_graphs_attribute_is_rewritt
     loaded = load(path)
     assert loaded.proto.graph.node[0].attribute[0].graphs[0].node[0].name == "neg\\xc3\\xff"
     assert validate(loaded).findings == ()
+
+
+def test_one_analysis_of_a_file_reads_the_main_graphs_node_fields_once(tmp_path, monkeypatch):
+    import importlib
+
+    from graphcost.analysis import Analysis
+
+    proto = _model_with_if()
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    read: list[str] = []
+
+    def counted(graph: onnx.GraphProto) -> tuple[NodeFields, ...]:
+        read.append(graph.name)
+        return read_node_fields(graph)
+
+    for name in ("graphcost.graph", "graphcost.load", "graphcost.passes.shapes", "graphcost.passes.validate"):
+        monkeypatch.setattr(importlib.import_module(name), "read_node_fields", counted)
+    Analysis.of(path)
+    assert read.count("g") == 1  # the main graph: by the loader, for validation, the census and the Graph
