@@ -375,11 +375,7 @@ class Graph:
             raise RuntimeError(f"graph {g.name!r}: {len(fields)} node fields given for {len(protos)} nodes")
         opsets = self.opsets
         for index, f in enumerate(fields):
-            full = f.name
-            if full and full not in used_names:  # the common case, without a call: unique_node_name's first answer
-                used_names.add(full)
-            else:
-                full = unique_node_name(full, f.op_type, index, used_names)
+            full = unique_node_name(f.name, f.op_type, index, used_names)
             if prefix:
                 full = prefix + full
             domain = f.domain or DEFAULT_DOMAIN
@@ -388,17 +384,16 @@ class Graph:
             node = Node(full, f.op_type, domain, opset, f.inputs, outputs, index, protos)
             self._nodes[full] = node
             self._order.append(full)
-            is_const_source = f.op_type == "Constant" and domain == DEFAULT_DOMAIN
-            proto = protos[index] if is_const_source or f.graphs else None
+            constant = protos[index] if f.op_type == "Constant" and domain == DEFAULT_DOMAIN else None
             for out in outputs:
                 if not out:
                     continue
                 self._producer[out] = full
                 tp = typed.get(out)
                 shape, dtype = _shape_of_packed(tp, out) if tp is not None else (None, UNKNOWN_DTYPE)
-                if proto is not None and is_const_source:
-                    self._constant_nodes[out] = proto
-                    cshape, cdtype = _constant_shape(proto)
+                if constant is not None:
+                    self._constant_nodes[out] = constant
+                    cshape, cdtype = _constant_shape(constant)
                     shape = shape if cshape is None else cshape
                     dtype = cdtype or dtype
                     kind = TensorKind.PARAMETER if _constant_is_parameter(dtype) else TensorKind.CONSTANT
@@ -407,9 +402,9 @@ class Graph:
                 else:
                     kind = TensorKind.ACTIVATION
                 self._tensors[out] = Tensor(out, shape, dtype, kind)
-            if proto is None or not f.graphs:
+            if not f.graphs:
                 continue  # most nodes: no attribute is read
-            for attr in proto.attribute:
+            for attr in protos[index].attribute:
                 subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else (
                     list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else [])
                 for j, sub in enumerate(subs):

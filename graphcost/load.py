@@ -24,7 +24,7 @@ from typing import Any
 import onnx
 
 from graphcost import _scan
-from graphcost.graph import Graph, NodeFields, read_node_fields
+from graphcost.graph import Graph, NodeFields, graph_protos, read_node_fields
 from graphcost.report.escape import terminal_text
 
 __all__ = ["LoadError", "Model", "clean_strings", "display_path", "external_data_path", "external_files",
@@ -240,36 +240,30 @@ def _as_text(proto: onnx.ModelProto) -> tuple[NodeFields, ...]:
     return fields
 
 
-def _raw_bytes_in(graph: onnx.GraphProto, fields: Sequence[NodeFields] | None = None) -> bool:
-    """Whether a string the look reads is bytes: the graph's name, its values' names, each node's name, op type,
-    domain and tensor names, in every subgraph of every node (GRAPH and GRAPHS attributes, any op: a subgraph
-    the look skipped reached validation with bytes in it). ``fields``: the graph's nodes, read as text already,
-    so that only the nodes holding subgraphs are read again. Attribute names are not looked at (a bytes
-    attribute name is only never matched, it breaks nothing)."""
-    if type(graph.name) is bytes:
+def _raw_bytes_in(graph: onnx.GraphProto, fields: Sequence[NodeFields]) -> bool:
+    """Whether a string the look reads is bytes, in the main graph (its nodes' ``fields``, read as text already) and
+    in every subgraph of every node (``graph_protos``: GRAPH and GRAPHS attributes of any op; a subgraph the look
+    skipped reached validation with bytes in it). It reads graph names, value names, and each node's name, op
+    type, domain and tensor names; attribute names are not looked at (a bytes attribute name is only never
+    matched, it breaks nothing)."""
+    if _raw_names_in(graph):
         return True
-    for vi in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
-        if type(vi.name) is bytes:
-            return True
-    if fields is not None:
-        nodes = graph.node
-        return any(_raw_bytes_in_subgraphs(nodes[i]) for i, f in enumerate(fields) if f.graphs)
-    for n in graph.node:
-        if type(n.op_type) is bytes or type(n.name) is bytes or type(n.domain) is bytes \
-                or any(type(x) is bytes for x in n.input) or any(type(x) is bytes for x in n.output):
-            return True
-        if n.attribute and _raw_bytes_in_subgraphs(n):
-            return True
-    return False
+    if not any(f.graphs for f in fields):
+        return False
+    subgraphs = graph_protos(graph)
+    next(subgraphs)  # the main graph itself, looked at above
+    return any(_raw_names_in(g) or _raw_nodes_in(g) for g in subgraphs)
 
 
-def _raw_bytes_in_subgraphs(node: onnx.NodeProto) -> bool:
-    for a in node.attribute:
-        if a.type == a.GRAPH and _raw_bytes_in(a.g):
-            return True
-        if a.type == a.GRAPHS and any(_raw_bytes_in(g) for g in a.graphs):
-            return True
-    return False
+def _raw_names_in(graph: onnx.GraphProto) -> bool:
+    return type(graph.name) is bytes or any(
+        type(vi.name) is bytes for vi in (*graph.input, *graph.output, *graph.value_info, *graph.initializer))
+
+
+def _raw_nodes_in(graph: onnx.GraphProto) -> bool:
+    return any(type(n.op_type) is bytes or type(n.name) is bytes or type(n.domain) is bytes
+               or any(type(x) is bytes for x in n.input) or any(type(x) is bytes for x in n.output)
+               for n in graph.node)
 
 
 def _first_line(e: BaseException) -> str:
