@@ -24,10 +24,14 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from graphcost.graph import Graph, Node
 from graphcost.passes._fusion_legality import Summary, check_parts, non_fusable_refusal
-from graphcost.passes._fusion_order import GroupOrder
+from graphcost.passes._fusion_order import GroupOrder, Reach
 from graphcost.passes._fusion_policy import CODE_TEXT, CODES, NodeInfo, Policy, Refusal, Role, is_opaque
 
 _VIEW, _ANCHOR, _FREE = Role.VIEW, Role.ANCHOR, Role.FREE
+
+_SHARE_AFTER = 16
+"""Groups on the paths of one per-consumer trial from which the later trials of that tensor share one search of
+the producer's descendants (:class:`Reach`)."""
 
 BoundaryRow = tuple[int, int, str, str, str]
 """(producer, consumer, tensor, reason, code) of one refused edge, the nodes as positions."""
@@ -115,6 +119,8 @@ class Fuser(GroupOrder):
         self.cur: set[int] | frozenset[int] = frozenset()  # the groups of the proposed merge, for check_parts
         self.watch = -1
         self.heap: list[int] = []
+        self.shared = -1  # the group whose per-consumer trials run now (``_visit``), -1 outside them
+        self.reach: Reach | None = None  # its descendants, once one trial's cycle search found many groups
         self._producers: dict[str, tuple[str, ...]] = {}
         self._refusals: dict[str, Refusal] = {}
 
@@ -155,7 +161,14 @@ class Fuser(GroupOrder):
             return refusal
         first, adjacent = self._span(groups)
         if not adjacent:
-            between = self._between(groups, first)
+            reach = self.reach
+            if reach is not None and reach.home == first and len(groups) == 2:
+                between = self._between_from(groups, first, reach)
+            else:
+                between = self._between(groups, first)
+                if self.shared == first and len(groups) == 2 and len(between) >= _SHARE_AFTER:
+                    self.reach = Reach(self, first)
+                    self.reach.paths[next(g for g in groups if g != first)] = between
             if between:
                 whole = groups | between
                 self.cur = whole
@@ -275,12 +288,14 @@ class Fuser(GroupOrder):
         if refusal is None or not self.recording:
             return
         per: dict[int, Refusal | None] = {}
+        self.shared = home  # these trials merge nothing, so their cycle searches may share home's descendants
         for c in direct:
             if grp[c] != home:
                 sub = {home}
                 for x in closures[c]:
                     sub.add(grp[x])
                 per[c] = self._try(sub, names[i], names[c], t, merge=False)
+        self.shared, self.reach = -1, None
         failed = [c for c, r in per.items() if r is not None]
         for c, r in per.items():
             if r is None and failed:

@@ -12,6 +12,8 @@ integer ranks (``ord``). Only groups strictly between a merge's first and last g
 path from one to the other, so when none lies between (the common case: a producer and its next consumers)
 there is no path to look for and the merge costs O(groups merged); otherwise the search for such paths runs
 forward and back at once within those ranks, and costs what the smaller side does (:meth:`GroupOrder._between`).
+The trials of one tensor's consumers one by one, which merge nothing, search the producer's descendants once
+(:class:`Reach`) and walk back from each consumer over them (:meth:`GroupOrder._between_from`).
 
 ``grp`` maps every member to its label directly, and a merge relabels the smaller groups (each node is
 relabelled O(log n) times). Each group keeps the nodes of the groups it reads from and writes to
@@ -27,6 +29,42 @@ from collections.abc import Collection, Iterable
 from graphcost.passes._fusion_legality import Summary
 
 _NONE: frozenset[int] = frozenset()
+
+
+class Reach:
+    """The groups reachable from group ``home``, found in rank order as far as :meth:`below` has been asked.
+
+    It is valid while no group merges: the grouping's per-consumer trials of one tensor (which merge nothing)
+    ask it for every consumer, so home's descendants are searched once, not once per consumer. Why: a decoder's
+    rotary cos and sin are read by two Muls in every layer, and the trial of layer k's Mul finds every group of
+    layers 0..k on the paths, so searching each trial on its own grows with the square of the depth (the
+    grouping's trials of HF LLaMA exports, summed, in one process: 16 layers 0.09 s, 32 layers 0.40 s, 64 layers
+    1.22 s; with this 0.15 s at 32 and 0.36 s at 64, the reports byte-identical)."""
+
+    def __init__(self, order: GroupOrder, home: int) -> None:
+        self.order, self.home = order, home
+        self.seen: set[int] = set()
+        self.paths: dict[int, set[int] | frozenset[int]] = {}
+        """Group → the groups on the paths from home to it, for the groups already asked about: a later walk
+        back that meets one takes them whole (LLaMA: a layer's rotary Mul meets the layer before's)."""
+        ordd, grp = order.ord, order.grp
+        self.heap = [(ordd[g], g) for x in order.gsucc[home] if (g := grp[x]) != home]
+        heapq.heapify(self.heap)
+
+    def below(self, rank: int) -> set[int]:
+        """home's descendants ranked below ``rank`` (and maybe some beyond it, found for an earlier ask)."""
+        heap, seen = self.heap, self.seen
+        ordd, grp, gsucc = self.order.ord, self.order.grp, self.order.gsucc
+        while heap and heap[0][0] < rank:
+            _, g = heapq.heappop(heap)
+            if g in seen:
+                continue
+            seen.add(g)
+            for x in gsucc[g]:
+                n = grp[x]
+                if n != g and n not in seen:
+                    heapq.heappush(heap, (ordd[n], n))
+        return seen
 
 
 class GroupOrder:
@@ -116,6 +154,36 @@ class GroupOrder:
                 n = grp[x]
                 if n in within and n not in out:
                     stack.append(n)
+        return out
+
+    def _between_from(self, groups: set[int], first: int, reach: Reach) -> set[int] | frozenset[int]:
+        """:meth:`_between` of a pair whose earlier group is ``reach``'s ``home``, through its descendants.
+
+        For two groups a before b in the order, the groups on a path between them are a's descendants that are
+        b's ancestors (a path from b back to a would be a cycle; one from a group to itself too). ``reach``
+        holds a's descendants ranked below b, found once for every pair it serves, so this is a walk back from
+        b over those alone: what the groups on the paths cost, not the two searches :meth:`_between` runs."""
+        other = next(g for g in groups if g != first)
+        within = reach.below(self.ord[other])
+        ordd, grp, gpred, known = self.ord, self.grp, self.gpred, reach.paths
+        out: set[int] = set()
+        # latest first, so that an earlier trial's consumer is met before the groups on its paths
+        heap = [(-ordd[g], g) for x in gpred[other] if (g := grp[x]) in within]
+        heapq.heapify(heap)
+        while heap:
+            g = heapq.heappop(heap)[1]
+            if g in out:
+                continue
+            out.add(g)
+            before = known.get(g)
+            if before is not None:  # an earlier trial's consumer: its groups on paths from home are g's ancestors
+                out |= before
+                continue
+            for x in gpred[g]:
+                n = grp[x]
+                if n in within and n not in out:
+                    heapq.heappush(heap, (-ordd[n], n))
+        known[other] = out
         return out
 
     def _merge(self, groups: set[int] | frozenset[int], adjacent: bool) -> None:

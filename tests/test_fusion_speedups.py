@@ -68,3 +68,50 @@ def test_a_released_storage_answers_a_crossing_as_before() -> None:
         + 2 * 4 * FP32  # writes a, read by the Transpose outside (and s, its view, is a graph output)
     )
     assert result.storage.users("r") == ["Reshape"]  # the other rebuilt tables answer too
+
+
+LAYERS = 40
+
+
+def _shared_model() -> onnx.ModelProto:
+    """A tensor every layer reads, as a decoder's rotary cos: ``p = Relu(c)``, then per layer k
+    ``m_k = Mul(h_k, p)`` and ``h_{k+1} = MatMul(m_k, w_k)``."""
+    weights = ", ".join(f"float[4, 4] w{k}" for k in range(LAYERS))
+    body = ["p = Relu (c)"]
+    for k in range(LAYERS):
+        body += [f"m{k} = Mul (h{k}, p)", f"h{k + 1} = MatMul (m{k}, w{k})"]
+    text = (f'<ir_version: 8, opset_import: ["" : 17]>\ng (float[4, 4] h0, float[4, 4] c, {weights}) => '
+            f"(float[4, 4] h{LAYERS}) {{\n" + "\n".join(body) + "\n}")
+    model = onnx.shape_inference.infer_shapes(onnx.parser.parse_model(text))
+    for node in model.graph.node:
+        node.name = node.output[0]
+    return model
+
+
+def test_trials_of_one_shared_tensor_share_its_producers_descendants(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Each layer's Mul (k >= 1) sits in a group with the MatMul before it (its epilogue), so joining it to p's
+    group also needs Mul 0 and the groups of layers 1..k-1 on the paths between: 1 + 2 (k - 1) ops. From the
+    trial whose paths hold ``_SHARE_AFTER`` groups on, the later trials walk p's descendants found once
+    (:class:`Reach`), and give what the search of every trial on its own gives."""
+    from graphcost.passes import _fusion_groups, _fusion_order
+
+    graph = infer_shapes(load(_shared_model())).graph
+    costs = count_costs(graph)
+    walks: list[int] = []
+    plain = _fusion_order.GroupOrder._between_from
+
+    def counted(self, groups, first, reach):  # type: ignore[no-untyped-def]
+        walks.append(first)
+        return plain(self, groups, first, reach)
+
+    monkeypatch.setattr(_fusion_order.GroupOrder, "_between_from", counted)
+    shared = fuse(graph, costs)
+    # the trials from layer _SHARE_AFTER + 1 on (k groups between for layer k) walk the shared descendants
+    assert len(walks) == LAYERS - 1 - _fusion_groups._SHARE_AFTER
+    monkeypatch.setattr(_fusion_groups, "_SHARE_AFTER", 10**9)  # every trial searches on its own
+    alone = fuse(graph, costs)
+    assert shared.groups == alone.groups
+    assert shared.boundaries == alone.boundaries
+    reasons = {b.consumer: b.reason for b in shared.boundaries if b.producer == "p"}
+    for k in range(2, LAYERS):
+        assert f"also needs the {1 + 2 * (k - 1)} op(s) on the paths between them" in reasons[f"m{k}"]
