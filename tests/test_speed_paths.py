@@ -83,6 +83,22 @@ def test_evaluate_keeps_int_and_float_apart():
     assert got == 6.0 and type(got) is float
 
 
+def test_evaluate_follows_one_binding_changed_in_place():
+    """The binding last asked about is known again by identity and content: one dict changed in place between
+    two calls (a value, an int for a float that equals it, a dim added) is a new binding each time."""
+    e = 3 * a * b + 1  # 3·a·b + 1
+    binding: dict[str, int | float] = {"a": 2, "b": 5}
+    assert evaluate(e, binding) == 31  # 3·2·5 + 1
+    binding["a"] = 1
+    assert evaluate(e, binding) == 16  # 3·1·5 + 1
+    binding["a"] = 1.0
+    got = evaluate(e, binding)  # 1.0 == 1: must not reuse the int answer
+    assert got == 16.0 and type(got) is float
+    binding["a"], binding["c"] = 2, 7
+    assert evaluate(e + c, binding) == 38  # 3·2·5 + 1 + 7
+    assert type(evaluate(e, binding)) is int
+
+
 def test_evaluate_names_the_unbound_dim():
     with pytest.raises(KeyError, match="b"):
         evaluate(a * b, {"a": 2})
