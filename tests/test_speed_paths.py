@@ -104,6 +104,32 @@ def test_evaluate_names_the_unbound_dim():
         evaluate(a * b, {"a": 2})
 
 
+def test_symbolic_bytes_of_many_inputs_are_added_at_once():
+    """A Concat of k inputs, input i of shape [d_i, 4] float32 in a dim of its own: it reads 16·Σd_i bytes
+    and writes as many, the sum built in one go (``costs._added``) equal to adding the inputs one by one."""
+    from graphcost.passes import costs
+
+    k = 40
+    names = [f"d{i}" for i in range(k)]
+    inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [n, 4]) for i, n in enumerate(names)]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["total", 4])
+    node = helper.make_node("Concat", [f"x{i}" for i in range(k)], ["y"], axis=0, name="cat")
+    model = helper.make_model(helper.make_graph([node], "g", inputs, [out]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    from graphcost.load import load
+    from graphcost.passes.shapes import infer_shapes
+
+    row = next(n for n in costs.count_costs(infer_shapes(load(model)).graph).top_level() if n.name == "cat")
+    total = sum((symbol(n) for n in names), sympy.Integer(0))
+    one_by_one = sympy.Integer(0)
+    for n in names:
+        one_by_one = one_by_one + 16 * symbol(n)  # 4 columns · 4 bytes
+    assert row.bytes_read == 16 * total == one_by_one
+    assert row.bytes_written == 16 * total  # the output holds Σd_i rows (the declared "total" is that sum)
+    assert costs._added(0, [16 * symbol(n) for n in names]) == one_by_one
+    assert costs._added(3, [a]) == a + 3
+
+
 def test_free_names_cached_and_exact():
     e = a * b + c
     assert free_names(e) == frozenset({"a", "b", "c"})
