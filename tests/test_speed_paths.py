@@ -130,6 +130,16 @@ def test_symbolic_bytes_of_many_inputs_are_added_at_once():
     assert costs._added(3, [a]) == a + 3
 
 
+@pytest.mark.parametrize("name", ["k", "batch", "unk__TopK_5_output_0_0", "d_7"])
+def test_ceil_log2_of_a_plain_dim_is_what_sympy_evaluates(name: str) -> None:
+    d = symbol(name)
+    got = _dims.ceil_log2(d)
+    evaluated = sympy.ceiling(sympy.log(d, 2))  # sympy's own evaluation, which the fast path skips
+    assert got == evaluated and sympy.srepr(got) == sympy.srepr(evaluated)
+    assert str(got) == f"ceiling(log({name})/log(2))"
+    assert evaluate(got, {name: 9}) == 4 and evaluate(got, {name: 8}) == 3  # ⌈log2 9⌉, ⌈log2 8⌉
+
+
 def test_free_names_cached_and_exact():
     e = a * b + c
     assert free_names(e) == frozenset({"a", "b", "c"})
