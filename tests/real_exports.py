@@ -58,7 +58,18 @@ TV_CASES: dict[str, TVCase] = {c.name: c for c in (
     TVCase("swin_v2_t", "classification", "Swin_V2_T_Weights", (1, 3, 256, 256), False),
     # MViT-V2-S's legacy export was killed for memory on the 23 GB test machine; V1-B (16 x 224^2) exports in 1 GB
     TVCase("mvit_v1_b", "video", "MViT_V1_B_Weights", (1, 3, 16, 224, 224), False),
+    # more families, each exported in seconds: squeeze-excite, LayerNorm over permuted channels, channel
+    # shuffle, block and grid attention with relative position bias, factorized 3D convs, inception branches
+    TVCase("efficientnet_b0", "classification", "EfficientNet_B0_Weights", (1, 3, 224, 224), False),
+    TVCase("convnext_tiny", "classification", "ConvNeXt_Tiny_Weights", (1, 3, 224, 224), False),
+    TVCase("shufflenet_v2_x1_0", "classification", "ShuffleNet_V2_X1_0_Weights", (1, 3, 224, 224), False),
+    TVCase("maxvit_t", "classification", "MaxVit_T_Weights", (1, 3, 224, 224), False),
+    TVCase("inception_v3", "classification", "Inception_V3_Weights", (1, 3, 299, 299), False),
+    TVCase("s3d", "video", "S3D_Weights", (1, 3, 16, 224, 224), False),
     TVCase("fcos_resnet50_fpn", "detection", "FCOS_ResNet50_FPN_Weights", (3, 320, 320), False),
+    TVCase("retinanet_resnet50_fpn", "detection", "RetinaNet_ResNet50_FPN_Weights", (3, 320, 320), False),
+    # SSD300 works at 300x300; its postprocess keeps up to 200 boxes per class, 90 classes, each a TopK
+    TVCase("ssd300_vgg16", "detection", "SSD300_VGG16_Weights", (3, 300, 300), False),
     TVCase("fasterrcnn_mobilenet_v3_large_fpn", "detection", "FasterRCNN_MobileNet_V3_Large_FPN_Weights",
            (3, 320, 320), False),
     # their roi_heads end in Loops whose carried lists grow by one detection a trip (keypoints, pasted masks)

@@ -14,7 +14,8 @@ What is checked, through the API:
   tensor of a node has an unknown shape. A dim that no engine could express in the input dims is listed in
   ``defaulted_dims`` under its minted name and "taken as 1" by a warning: that is what "unresolved" means here;
 * classifiers: MACs equal the weights enum's published ``_ops`` (GMACs) to its 3 decimals;
-* FCOS: every node upstream of NonMaxSuppression is costed on static shapes, and those MACs are the published ones;
+* one-stage detectors (FCOS, RetinaNet, SSD300): every node upstream of NonMaxSuppression is costed on static
+  shapes, and those MACs are the published ones;
 * Faster R-CNN: the analysis finishes and its data-dependent RoI counts are named dims that ``dims=`` binds;
 * YOLO with dynamic batch/height/width: every dim resolved unbound, and the MAC formula is written in those dims;
 * an If on a sample-rate input: both branches costed, and ``input_values`` picks one.
@@ -205,8 +206,9 @@ def _static(t: Any) -> bool:
     return t.shape is not None and all(isinstance(d, int) for d in t.shape)
 
 
-def test_fcos_static_before_nms(real: RealExports) -> None:
-    path, facts = real.get("torchvision", "fcos_resnet50_fpn")
+@pytest.mark.parametrize("name", ["fcos_resnet50_fpn", "retinanet_resnet50_fpn", "ssd300_vgg16"])
+def test_one_stage_detector_static_before_nms(name: str, real: RealExports) -> None:
+    path, facts = real.get("torchvision", name)
     r = _analyze(path)
     assert_no_unknown_standard_op(r)
     # before NMS, minus the score filtering (NonZero on score > threshold, and what it feeds): data-dependent
@@ -217,8 +219,9 @@ def test_fcos_static_before_nms(real: RealExports) -> None:
                if n.flops is None or not all(_static(t) for t in (*n.inputs, *n.outputs) if t.name)]
     assert not dynamic, f"{len(dynamic)} nodes before NMS are not static: {', '.join(dynamic[:6])}"
     macs = sum(n.macs for n in nodes)
-    # the published 128.207 GMACs are torchvision's count at its 800x800 working size, which the export resizes
-    # every image to; the export's own MACs before NMS hold the backbone, FPN and heads, i.e. all but a handful
+    # the published GMACs (FCOS 128.207, RetinaNet 151.54, SSD300 34.858) are torchvision's count at its working
+    # size (800x800 for the FPN ones, 300x300 for SSD300), which the export resizes every image to; the
+    # export's own MACs before NMS hold the backbone, the FPN and the heads, i.e. all but a handful
     assert abs(macs / 1e9 - facts["ops"]) / facts["ops"] < 0.01, f"{macs:,} MACs before NMS, published {facts['ops']} G"
     # and they do not move when the data-dependent dims (after NMS) are bound to something else
     names = input_dims(path)
