@@ -632,14 +632,19 @@ def _window(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], 
             out.append(None)
             continue
         if auto in ("SAME_UPPER", "SAME_LOWER"):
-            out.append(_tidy(sympy.ceiling(sympy.Rational(1, strides[k]) * d)))
+            if isinstance(d, int):  # ints in Python: a static model never imports sympy (``_sym``)
+                out.append(-(-d // strides[k]))
+            else:
+                out.append(_tidy(sympy.ceiling(sympy.Rational(1, strides[k]) * d)))
             continue
         span = d - dilations[k] * (kernel[k] - 1) - 1 + (0 if auto == "VALID" else pads[k] + pads[k + spatial])
-        if ceil and not isinstance(d, int):
+        if isinstance(span, int):
+            out.append((-(-span // strides[k]) if ceil else span // strides[k]) + 1)
+            continue
+        if ceil:
             out.append(None)
             continue
-        step = (sympy.ceiling if ceil else sympy.floor)(sympy.Rational(1, strides[k]) * span)
-        out.append(_tidy(step + 1))
+        out.append(_tidy(sympy.floor(sympy.Rational(1, strides[k]) * span) + 1))
     return [tuple(out)]
 
 
