@@ -31,7 +31,8 @@ _VIEW, _ANCHOR, _FREE = Role.VIEW, Role.ANCHOR, Role.FREE
 
 _SHARE_AFTER = 16
 """Groups on the paths of one per-consumer trial from which the later trials of that tensor share one search of
-the producer's descendants (:class:`Reach`)."""
+the producer's descendants (:class:`Reach`). Chosen, not tuned: below it a trial's own search is short, and the
+shared one, which goes as far as the furthest consumer asked, could cost more than it saves."""
 
 BoundaryRow = tuple[int, int, str, str, str]
 """(producer, consumer, tensor, reason, code) of one refused edge, the nodes as positions."""
