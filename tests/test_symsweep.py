@@ -382,3 +382,17 @@ def test_a_static_window_imports_no_sympy() -> None:
             "assert out == [(1, 3, 4, 4)], out\nassert 'sympy' not in sys.modules\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("op", ["ScatterND", "ScatterElements", "Scatter"])
+def test_a_scatter_keeps_its_datas_shape(op: str) -> None:
+    """A scatter writes into a copy of its data (ONNX: the output has the data's shape), so the sweep states it:
+    Swin's shifted-window mask is a ScatterND into ConstantOfShape(computed size), and what reads the mask's
+    shape no longer waits for a second sweep round."""
+    from graphcost.passes import _symsweep
+
+    node = h.make_node(op, ["data", "indices", "updates"], ["y"])
+    b = symbol("b")
+    data = (b, 49, 49)  # b windows of a 7 x 7 window's 49 positions against 49
+    [out] = _symsweep.SHAPE_RULES[op](node, [data, (4, 1), (4, 49, 49)], [None, None, None], {}, 17)
+    assert out == data
