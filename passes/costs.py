@@ -91,12 +91,18 @@ class CostResult:
 
 
 def _sum(values: Iterable[Dim | None]) -> Dim | None:
-    total: Dim = 0
+    """Σ of counts, None when any is unknown: the ints added in Python, the symbolic ones in one sum
+    (:func:`_added`)."""
+    total = 0
+    terms: list[Dim] = []
     for v in values:
         if v is None:
             return None
-        total = total + v
-    return total
+        if type(v) is int:
+            total += v
+        else:
+            terms.append(v)
+    return _added(total, terms) if terms else total
 
 
 def count_costs(graph: Graph) -> CostResult:
@@ -196,7 +202,7 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
     counted: list[str] = []
     dtype = None
     read: Dim = 0
-    terms: list[Dim] = []  # the symbolic byte counts, added at once (:func:`_added`)
+    read_terms: list[Dim] = []  # the symbolic byte counts, added at once (:func:`_added`)
     names = node.inputs
     for slot, name in enumerate(names):
         if not name:
@@ -218,12 +224,13 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
             elif type(b) is int:
                 read += b
             else:
-                terms.append(b)
-    if terms:
-        read, terms = _added(read, terms), []
+                read_terms.append(b)
+    if read_terms:
+        read = _added(read, read_terms)
     outputs: list[Tensor | None] = []
     refs_out: list[TensorRef] = []
     written: Dim = 0
+    written_terms: list[Dim] = []
     for name in node.outputs:
         if not name:
             outputs.append(None)
@@ -240,9 +247,9 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
             elif type(b) is int:
                 written += b
             else:
-                terms.append(b)
-    if terms:
-        written = _added(written, terms)
+                written_terms.append(b)
+    if written_terms:
+        written = _added(written, written_terms)
     if dtype is None:
         dtype = "unknown"
     ins, outs = tuple(inputs), tuple(outputs)

@@ -128,6 +128,10 @@ def test_symbolic_bytes_of_many_inputs_are_added_at_once():
     assert row.bytes_written == 16 * total  # the output holds Σd_i rows (the declared "total" is that sum)
     assert costs._added(0, [16 * symbol(n) for n in names]) == one_by_one
     assert costs._added(3, [a]) == a + 3
+    # a control op's sum of its bodies' counts takes the same way
+    assert costs._sum([2, a, 3, b]) == a + b + 5
+    assert costs._sum([1, 2]) == 3 and type(costs._sum([1, 2])) is int
+    assert costs._sum([1, a, None]) is None
 
 
 @pytest.mark.parametrize("name", ["k", "batch", "unk__TopK_5_output_0_0", "d_7"])
