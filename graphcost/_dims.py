@@ -331,7 +331,59 @@ TEXT_EXPAND_TERMS = 4096
 def _expr_text(value: Any) -> str:
     if not expands_within(value, TEXT_EXPAND_TERMS):
         return _write(value)  # still the exact formula, only factored: expanding it could take unbounded time
-    return _write(sympy.expand(value))
+    return _write(expand(value))
+
+
+def expand(value: Any) -> Any:
+    """``sympy.expand(value)``, without sympy's work on the terms of a sum that are expanded already.
+
+    A report total is a sum of one count per node, and most of them are already monomials
+    (``20*unk__NonZero_100_output_0_1``, ``n*Max(1, ceiling(log(k)/log(2)))``); ``sympy.expand`` still runs
+    its nine passes (one per hint, then until nothing changes) over each. The terms :func:`_expanded` vouches
+    for are kept as they are, the others expanded one by one, and the sum rebuilt as sympy's deep expansion
+    rebuilds it (``Add`` of the expanded terms), so the result is the same expression. SSD300 (371
+    data-dependent dims, about 1,000 terms a total): the report's five formulas 0.62–0.69 → 0.34–0.35 s, each run in
+    a process of its own (what is left is the printer sorting the terms)."""
+    if not value.is_Add:
+        return value if _expanded(value) else sympy.expand(value)
+    terms = value.args
+    out = [t if _expanded(t) else sympy.expand(t) for t in terms]
+    if all(a is b for a, b in zip(out, terms, strict=True)):
+        return value
+    return sympy.Add(*out)
+
+
+@functools.lru_cache(maxsize=65536)
+def _expanded(expr: Any) -> bool:
+    """Whether ``sympy.expand(expr)`` is ``expr`` itself, for the forms counts take; False when not sure.
+
+    Sure are: symbols and rationals; a product of such factors, none a sum; an integer power of a factor that
+    is neither a sum nor a product (else the multinomial and power-base hints apply); ``floor``, ``ceiling``,
+    ``Max``, ``Min`` and ``Mod`` of expanded arguments (none of them has an expand hint of its own); and
+    ``log`` of a symbol or of 2 (the log hint rewrites the log of a product, a power, a fraction or a
+    perfect-power integer)."""
+    if expr.is_Atom:
+        return bool(expr.is_Symbol or expr.is_Rational)
+    args = expr.args
+    if expr.is_Mul:
+        return all(not a.is_Add and _expanded(a) for a in args)
+    if expr.is_Pow:
+        base, exp = args
+        return bool(exp.is_Integer) and not base.is_Add and not base.is_Mul and _expanded(base)
+    if expr.is_Add:  # inside a function
+        return all(_expanded(a) for a in args)
+    func = expr.func
+    if func is sympy.log:
+        return len(args) == 1 and (args[0].is_Symbol or args[0] == 2)
+    if func in _plain_funcs():
+        return all(_expanded(a) for a in args)
+    return False
+
+
+@functools.cache
+def _plain_funcs() -> frozenset[Any]:
+    """The functions :func:`_expanded` looks inside (built on first use: sympy is imported lazily)."""
+    return frozenset({sympy.floor, sympy.ceiling, sympy.Max, sympy.Min, sympy.Mod})
 
 
 def _write(value: Any) -> str:

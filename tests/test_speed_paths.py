@@ -144,6 +144,45 @@ def test_ceil_log2_of_a_plain_dim_is_what_sympy_evaluates(name: str) -> None:
     assert evaluate(got, {name: 9}) == 4 and evaluate(got, {name: 8}) == 3  # ⌈log2 9⌉, ⌈log2 8⌉
 
 
+def _expansion_cases() -> list[object]:
+    x, y, k = symbol("x"), symbol("y"), symbol("k")
+    log2k = _dims.ceil_log2(k)
+    return [
+        20 * x + 16 * y + 7,  # monomials: kept
+        x * sympy.Max(1, log2k) + 4 * k,  # a TopK count: kept
+        x * (y + 1) + 3 * x,  # a product of a sum: expanded
+        (x + 1) ** 2 + y,  # a power of a sum
+        sympy.Max(0, x * (x - 1) / 2 + 3),  # a sum to expand inside a function
+        sympy.log(8 * x) + x,  # the log hint
+        sympy.log(8) * x,  # log of a perfect power: 3*log(2)
+        sympy.floor((x + 1) / 2) + sympy.Mod(y * (y + 1), 2) + sympy.Min(x, y) ** 2,
+        (x * y) ** k + x / (y + 1) + sympy.Rational(1, 2) * x,
+        x ** -1 + y ** 2 * x,
+        sympy.Integer(5), x,
+    ]
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_expand_is_what_sympy_expands(case: int) -> None:
+    value = _expansion_cases()[case]
+    got, want = _dims.expand(value), sympy.expand(value)
+    assert got == want and sympy.srepr(got) == sympy.srepr(want)
+    assert str(got) == str(want)
+
+
+def test_expand_vouches_only_for_the_forms_it_knows():
+    x, y = symbol("x"), symbol("y")
+    kept = [20 * x, x * y ** 2, sympy.Max(1, _dims.ceil_log2(x)) * y, sympy.floor(x / 2), sympy.log(x)]
+    assert all(_dims._expanded(e) for e in kept)
+    for e in kept:
+        assert _dims.expand(e) is e
+    total = sympy.Add(*kept)
+    assert _dims.expand(total) is total  # nothing to do: the same object, no rebuild
+    not_sure = [x * (y + 1), (x + 1) ** 2, sympy.log(8), sympy.log(x * y), sympy.sqrt(x), sympy.Float(0.5) * x,
+                sympy.Abs(x - y)]
+    assert not any(_dims._expanded(e) for e in not_sure)
+
+
 def test_free_names_cached_and_exact():
     e = a * b + c
     assert free_names(e) == frozenset({"a", "b", "c"})
