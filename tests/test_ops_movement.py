@@ -111,6 +111,13 @@ def test_resize_linear_and_cubic_taps() -> None:
     assert one_axis.macs == 3 * 8 * 16 * 2  # only W resized
 
 
+def test_resize_with_every_scale_one_is_a_copy() -> None:
+    """BEiT legacy writes a Resize with scales 1, 1, 1, 1: each output is its input element, no tap is weighed."""
+    for mode in ("linear", "cubic"):
+        w, _ = _resize(f'<mode: string = "{mode}">', scales="1, 1, 1, 1", out=3 * 8 * 8)
+        assert w.flops == 0 and w.macs == 0
+
+
 def test_resize_antialias_widens_downsampling_filter() -> None:
     w, out = _resize('<mode: string = "linear", antialias: int = 1>', scales="1, 1, 0.5, 0.5", out=3 * 4 * 4)
     assert w.macs == out * 4 * 4  # ⌈2 / 0.5⌉ = 4 taps per axis

@@ -303,9 +303,12 @@ def resize(n: NodeView) -> Work:
         raise ValueError(f"unknown {n.op_type} mode {mode!r}")
     if base == 0:
         return Work(flops=0, note="nearest: an index computation and a copy")
+    scales = _resize_scales(n)
+    if all(s == 1.0 for s in scales):  # every axis keeps its size: each output is its input element, copied
+        return Work(flops=0, note=f"{mode}: every scale 1, a copy")
     antialias = n.op_type == "Resize" and int(n.attr("antialias", 0))
     taps = 1
-    for s in _resize_scales(n):
+    for s in scales:
         if s == 1.0:
             continue  # axis kept: no interpolation along it
         widen = antialias and s is not None and 0 < s < 1
