@@ -73,19 +73,26 @@ def sweep(graph: onnx.GraphProto, types: Mapping[str, onnx.TypeProto], known: fr
             continue
         op = node.op_type
         ins = list(node.input)
+        if op in _FILLS and outs and outs[0]:
+            walk.fill(node, op, ins, outs[0])
         open_outs = [o for o in outs if o and walk.is_open(o)]
         has_value = any(i in walk.values or i in walk.consts for i in ins)
         if not open_outs and not (has_value or op in ("Constant", "Shape", "Size")):
             continue
         attrs = _attrs(node) if node.attribute else {}
         walk.values_of(node, op, ins, outs, attrs, opset)
-        if not open_outs or (fn := SHAPE_RULES.get(op)) is None:
+        if not open_outs:
             continue
-        try:
-            shapes = fn(node, [walk.shape(i) if i else None for i in ins], [walk.value(i) for i in ins],
-                        attrs, opset)
-        except RULE_ERRORS:
-            continue  # a malformed node: the engines say what they can
+        if op == "NonZero":  # decided by its input's entries, which a value or a fill may say
+            shapes = [walk.nonzero(ins[0]) if ins and ins[0] else None]
+        elif (fn := SHAPE_RULES.get(op)) is None:
+            continue
+        else:
+            try:
+                shapes = fn(node, [walk.shape(i) if i else None for i in ins], [walk.value(i) for i in ins],
+                            attrs, opset)
+            except RULE_ERRORS:
+                continue  # a malformed node: the engines say what they can
         for name, shape in zip(outs, shapes, strict=False):
             if name not in open_outs or shape is None:
                 continue
@@ -116,6 +123,11 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return out
 
 
+_FILLS = frozenset({"ConstantOfShape", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten", "Identity",
+                    "Transpose"})
+"""Ops whose output is one number repeated when (ConstantOfShape) or because (the views) the input is."""
+
+
 class _Walk:
     """The sweep's state: each value's dims (from ``types``, or stated by the sweep) and shape values."""
 
@@ -126,6 +138,11 @@ class _Walk:
         self.consts: dict[str, onnx.TensorProto] = {}
         """Constants not read yet: an initializer or a Constant's tensor is decoded when a rule first asks (LLaMA-32
         holds 3,306, most of them never a shape value)."""
+        self.fills: dict[str, Elem] = {}
+        """Tensors whose every entry is one number, by that number: a ConstantOfShape of any size, and views of
+        one. Their values are not held (a computed size can be large or symbolic), but NonZero's count is
+        known from them: the legacy exporter writes ``torch.arange``-like index ranges as
+        ``NonZero(ConstantOfShape(n))`` (Longformer's sliding windows)."""
         self._by_type: dict[bytes, Shape | None] = {}
         self.elems: dict[str, int] = {}
         self._parsed: dict[str, Elem] = {}
@@ -179,6 +196,36 @@ class _Walk:
     def is_open(self, name: str) -> bool:
         s = self.shape(name)
         return s is None or any(d is None for d in s)
+
+    def fill(self, node: onnx.NodeProto, op: str, ins: list[str], out: str) -> None:
+        """Record ``out`` in :attr:`fills` when its every entry is one number."""
+        if op != "ConstantOfShape":
+            if ins and ins[0] in self.fills:
+                self.fills[out] = self.fills[ins[0]]
+            return
+        value: Elem = 0  # ONNX's default fill: a float zero
+        for a in node.attribute:
+            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                got = constant_value(a.t)
+                if got is None or len(got.items) != 1:
+                    return
+                value = got.items[0]
+        self.fills[out] = value
+
+    def nonzero(self, name: str) -> Shape | None:
+        """NonZero's output shape ``(rank, count)`` for input ``name``: known when the input's shape is and its
+        entries are (a small value, every entry a number) or it is one number repeated (:attr:`fills`)."""
+        x = self.shape(name)
+        if not x or any(d is None for d in x):
+            return None  # unknown, open, or a scalar (whose NonZero numpy itself no longer defines)
+        v = self.value(name)
+        if v is not None:
+            if not all(isinstance(e, (int, Fraction)) for e in v.items):
+                return None
+            return (len(x), sum(1 for e in v.items if e != 0))
+        if name not in self.fills or not isinstance(fill := self.fills[name], (int, Fraction)):
+            return None
+        return (len(x), prod(x) if fill != 0 else 0)  # type: ignore[arg-type]
 
     def values_of(self, node: onnx.NodeProto, op: str, ins: list[str], outs: list[str], attrs: Mapping[str, Any],
                   opset: int) -> None:
@@ -242,7 +289,7 @@ _BOOL_OUT = frozenset({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqua
 def _elem_of(op: str, attrs: Mapping[str, Any], ins: Sequence[int]) -> int:
     if op in _BOOL_OUT:
         return onnx.TensorProto.BOOL
-    if op in ("Shape", "Size"):
+    if op in ("Shape", "Size", "NonZero"):
         return onnx.TensorProto.INT64
     if op == "Cast":
         return int(attrs.get("to", 0))
@@ -614,9 +661,13 @@ def _window_attrs(a: Mapping[str, Any], spatial: int) -> tuple[list[int], list[i
 def _window(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a: Mapping[str, Any],
             opset: int) -> list[Shape | None]:
     """``[N, C, *spatial]`` through a sliding window: each spatial dim becomes
-    ``floor((d + pads - dilation·(k - 1) - 1) / stride) + 1`` (``ceil(d / stride)`` under SAME padding). A
-    pool's ``ceil_mode`` over an expression is left open (ONNX drops a last window that starts in the
-    padding, which no closed form here says)."""
+    ``floor((d + pads - dilation·(k - 1) - 1) / stride) + 1`` (``ceil(d / stride)`` under SAME padding).
+
+    A pool's ``ceil_mode`` takes ``ceil`` for ``floor``, and then ONNX drops a last window that would start in
+    the end padding (as onnxruntime does; onnx's own inference does not). For a number that is checked. For an
+    expression the ceiling is exact when no window can start there, which holds at every size when
+    ``stride + end pad ≤ dilation·(k - 1) + 1`` (the last start, ``ceil(span/stride)·stride``, is at most
+    ``span + stride - 1``); otherwise it is left open."""
     x = s[0]
     conv = node.op_type in ("Conv", "ConvInteger")
     w = s[1] if conv and len(s) > 1 else None
@@ -640,12 +691,18 @@ def _window(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], 
             else:
                 out.append(_tidy(sympy.ceiling(sympy.Rational(1, strides[k]) * d)))
             continue
-        span = d - dilations[k] * (kernel[k] - 1) - 1 + (0 if auto == "VALID" else pads[k] + pads[k + spatial])
+        begin, end = (0, 0) if auto == "VALID" else (pads[k], pads[k + spatial])
+        reach = dilations[k] * (kernel[k] - 1) + 1  # the window's extent
+        span = d - reach + begin + end
         if isinstance(span, int):
-            out.append((-(-span // strides[k]) if ceil else span // strides[k]) + 1)
+            n = (-(-span // strides[k]) if ceil else span // strides[k]) + 1
+            if ceil and (n - 1) * strides[k] >= d + begin:  # the last window would start in the end padding
+                n -= 1
+            out.append(n)
             continue
         if ceil:
-            out.append(None)
+            out.append(_tidy(sympy.ceiling(sympy.Rational(1, strides[k]) * span) + 1)
+                       if strides[k] + end <= reach else None)
             continue
         out.append(_tidy(sympy.floor(sympy.Rational(1, strides[k]) * span) + 1))
     return [tuple(out)]

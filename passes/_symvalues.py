@@ -228,7 +228,7 @@ def _compare(op: str) -> Callable[[Any, Any, bool], Elem]:
         if op == "Equal" and diff.is_number and diff != 0:
             return 0
         # a dim is non-negative: "d == -1" (HF's reshape fix-up) is known false, "d >= 0" true
-        if isinstance(y, int) and y < 0 and not _number(x) and x.is_nonnegative:
+        if isinstance(y, int) and y < 0 and not _number(x) and _nonnegative(x):
             return int(op in ("Greater", "GreaterOrEqual"))
         return None
     return fn
@@ -260,7 +260,7 @@ def _unary(fn: Callable[[Any, bool], Elem]) -> ValueRule:
 
 
 value_rule("Neg")(_unary(lambda e, f: -e))
-value_rule("Abs")(_unary(lambda e, f: abs(e) if _number(e) else (e if e.is_nonnegative else None)))
+value_rule("Abs")(_unary(lambda e, f: abs(e) if _number(e) else (e if _nonnegative(e) else None)))
 value_rule("Floor")(_unary(lambda e, f: math.floor(e) if _number(e) else sympy.floor(e)))
 value_rule("Ceil")(_unary(lambda e, f: math.ceil(e) if _number(e) else sympy.ceiling(e)))
 value_rule("Not")(_unary(lambda e, f: int(not e) if isinstance(e, int) else None))
@@ -284,11 +284,40 @@ def _cast(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, Any
 
 
 def _truncated(e: Elem) -> Elem:
-    """A float entry cast to an integer type: toward zero (``int`` of a Fraction), floor for an expression
-    known non-negative (the values shapes hold), else not known."""
+    """A float entry cast to an integer type: toward zero (``int`` of a Fraction), itself for an expression
+    that is a whole number (MobileViT's ``ceil(h / 2) * 2``), floor for one known non-negative (the values
+    shapes hold), else not known."""
     if e is None or isinstance(e, (int, Fraction)):
         return None if e is None else int(e)
-    return _simplify(sympy.floor(e)) if e.is_nonnegative else None
+    if e.is_integer:
+        return e
+    return _simplify(sympy.floor(e)) if _nonnegative(e) else None
+
+
+def _without_clamps(terms: list[Any]) -> list[Any]:
+    """The terms of a sum less each ``-Min(..., a, ...)`` together with a term ``a``: ``a - Min(a, b) ≥ 0``
+    (Longformer's ``floor(seq/2) - Min(1, floor(seq/2))``)."""
+    for k, t in enumerate(terms):
+        if t.is_Mul and len(t.args) == 2 and t.args[0] == -1 and t.args[1].func is sympy.Min:
+            for j, u in enumerate(terms):
+                if j != k and u in t.args[1].args:
+                    return _without_clamps([x for i, x in enumerate(terms) if i not in (j, k)])
+    return terms
+
+
+def _nonnegative(e: Any) -> bool:
+    """Whether an expression in dims (non-negative integers) is surely ≥ 0: sympy's answer, or a sum or product
+    of such parts, or a ``ceiling``, ``floor``, ``Max`` or ``Min`` of them (sympy knows no sign of a ``ceiling``:
+    ``ceiling(h/2).is_nonnegative`` is None)."""
+    if e.is_nonnegative:
+        return True
+    if e.is_Add:
+        return all(_nonnegative(a) for a in _without_clamps(list(e.args)))
+    if e.is_Mul or e.func in (sympy.ceiling, sympy.floor, sympy.Min):
+        return all(_nonnegative(a) for a in e.args)
+    if e.func is sympy.Max:
+        return any(_nonnegative(a) for a in e.args)
+    return False
 
 
 @value_rule("Gather")

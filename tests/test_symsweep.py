@@ -304,20 +304,48 @@ def test_a_value_sliced_backward_stops_before_the_front() -> None:
 
 
 def test_bound_dims_make_a_static_copy_that_specialize_folds_exactly() -> None:
-    # NonZero of ones made from x's shape: no rule can say the count in h, but once h is bound the copy is a
-    # static graph and specialize evaluates it (the shifted-window masks of a Swin export with dynamic H/W)
+    # NonZero of a range made from x's shape: no rule can say the count in h (the entries are not one number), but
+    # once h is bound the copy is a static graph and specialize evaluates it
     model = onnx.parser.parse_model("""
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[h] x) => (y) {
       s = Shape(x)
-      c = ConstantOfShape<value = float[1] {1.0}>(s)
-      nz = NonZero(c)
+      zero = Constant<value = int64 {0}>()
+      one = Constant<value = int64 {1}>()
+      n = Gather<axis = 0>(s, zero)
+      r = Range(zero, n, one)
+      nz = NonZero(r)
       y = Transpose(nz)
     }
     """)
     assert _dims(shapes.infer_shapes(Model(model, None, None)), "y")[1] == 1  # the count is a named unknown
     bound = shapes.infer_shapes(Model(model, None, None), dims={"h": 5})
-    assert _dims(bound, "y") == [5, 1]  # five ones, each with one coordinate
+    assert _dims(bound, "y") == [4, 1]  # 0, 1, 2, 3, 4: four non-zero entries, each with one coordinate
+
+
+def test_nonzero_of_one_number_repeated_counts_every_entry() -> None:
+    # The legacy exporter's index range: NonZero(ConstantOfShape(shape)) is every position when the fill is not
+    # zero (Longformer's sliding windows), none when it is; a view of the fill is the same fill
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[b, h] x) => (y, none, flat) {
+      s = Shape(x)
+      c = ConstantOfShape<value = float[1] {1.0}>(s)
+      nz = NonZero(c)
+      y = Transpose(nz)
+      z = ConstantOfShape(s)
+      none = NonZero(z)
+      minus = Constant<value = int64[1] {-1}>()
+      f = Reshape(c, minus)
+      flat = NonZero(f)
+    }
+    """)
+    result = shapes.infer_shapes(Model(model, None, None))
+    assert _dims(result, "nz") == [2, "b*h"]  # rank 2, b·h non-zero entries
+    assert _dims(result, "y") == ["b*h", 2]
+    assert _dims(result, "none") == [2, 0]  # the default fill is zero
+    assert _dims(result, "flat") == [1, "b*h"]
+    assert "onnx-shape-inference" not in result.engines
 
 
 def test_shape_values_that_grow_without_bound_are_given_up_not_expanded() -> None:
@@ -355,6 +383,11 @@ def test_a_reduction_whose_axes_are_not_known_states_no_value() -> None:
     ({"strides": [3, 3], "auto_pad": b"SAME_UPPER"}, [6, 6]),  # ceil(17 / 3)
     ({"strides": [2, 2], "ceil_mode": 1, "pool": True}, [8, 8]),  # ceil((17 - 2 - 1) / 2) + 1
     ({"strides": [2, 2], "pool": True}, [8, 8]),  # floor((17 - 2 - 1) / 2) + 1
+    # ceil_mode with a window that would start in the end padding: ceil((17 + 1 - 1 - 1) / 3) + 1 = 7, but the
+    # seventh would start at 6·3 = 18 ≥ 17 + 0 (17 + begin pad), so ONNX drops it; onnxruntime 1.32 gives 6 too
+    # (onnx's C++ inference 7)
+    ({"kernel_shape": [2, 2], "strides": [3, 3], "pads": [0, 0, 1, 1], "ceil_mode": 1, "pool": True}, [6, 6]),
+    ({"kernel_shape": [2, 2], "strides": [3, 3], "pads": [0, 0, 1, 1], "pool": True}, [6, 6]),  # floor: 16 // 3 + 1
 ])
 def test_a_window_over_numbers_is_numbers(attrs: dict, want: list[int]) -> None:  # type: ignore[type-arg]
     """The sweep's sliding-window rule on static dims works in ints (a static export must not import sympy for
@@ -396,3 +429,74 @@ def test_a_scatter_keeps_its_datas_shape(op: str) -> None:
     data = (b, 49, 49)  # b windows of a 7 x 7 window's 49 positions against 49
     [out] = _symsweep.SHAPE_RULES[op](node, [data, (4, 1), (4, 49, 49)], [None, None, None], {}, 17)
     assert out == data
+
+
+def test_a_ceil_mode_pool_over_a_symbolic_dim() -> None:
+    """Funnel's ``AveragePool(kernel 2, stride 2, ceil_mode=1)``: ``ceil((seq - 2) / 2) + 1 = ceiling(seq/2)``,
+    exact at every seq because no window can start in the (absent) end padding; with an end pad the stride
+    reaches past the window, a last window may be dropped, and the dim stays open for the engines."""
+    from graphcost.passes import _symsweep
+
+    seq = symbol("seq")
+    node = h.make_node("AveragePool", ["x"], ["y"])
+    [out] = _symsweep._window(node, [(2, 8, seq)], [None], {"kernel_shape": [2], "strides": [2], "ceil_mode": 1}, 17)
+    assert out == (2, 8, sympy.ceiling(seq / 2))
+    [k3] = _symsweep._window(node, [(2, 8, seq)], [None],
+                             {"kernel_shape": [3], "strides": [2], "pads": [1, 1], "ceil_mode": 1}, 17)
+    assert k3 == (2, 8, sympy.ceiling((seq - 1) / 2) + 1)  # stride 2 + end pad 1 ≤ extent 3: exact
+    [open_] = _symsweep._window(node, [(2, 8, seq)], [None],
+                                {"kernel_shape": [2], "strides": [2], "pads": [1, 1], "ceil_mode": 1}, 17)
+    assert open_ == (2, 8, None)  # stride 2 + end pad 1 > extent 2
+    for n in range(1, 40):  # the closed forms are the numbers the int path (ONNX's rule, checked) gives
+        [a] = _symsweep._window(node, [(2, 8, n)], [None], {"kernel_shape": [2], "strides": [2], "ceil_mode": 1}, 17)
+        [b] = _symsweep._window(node, [(2, 8, n)], [None],
+                                {"kernel_shape": [3], "strides": [2], "pads": [1, 1], "ceil_mode": 1}, 17)
+        assert a[2] == -(-n // 2) and b[2] == -(-(n - 1) // 2) + 1
+
+
+def test_a_float_shape_value_rounded_up_and_cast_back_resolves() -> None:
+    """MobileViT legacy: ``int(ceil(h / 2) * 2)`` in float, then the patch count ``// 2`` into a Reshape. The cast
+    back to int64 of ``2*ceiling(height/2)`` is exact (a whole number), though sympy knows no sign of a ceiling."""
+    result = _infer("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[batch, 4, height, width] x, float[2, 8] w) => (float[?, ?, ?, ?] y) {
+      s = Shape(x)
+      i2 = Constant<value = int64 {2}>()
+      i3 = Constant<value = int64 {3}>()
+      hh = Gather<axis = 0>(s, i2)
+      ww = Gather<axis = 0>(s, i3)
+      hf = Cast<to = 1>(hh)
+      two_f = Constant<value = float {2.0}>()
+      hd = Div(hf, two_f)
+      hc = Ceil(hd)
+      hm = Mul(hc, two_f)
+      hi = Cast<to = 7>(hm)
+      two = Constant<value = int64 {2}>()
+      nph = Div(hi, two)
+      npw = Div(ww, two)
+      i0 = Constant<value = int64 {0}>()
+      b = Gather<axis = 0>(s, i0)
+      four = Constant<value = int64 {4}>()
+      bc = Mul(b, four)
+      bcn = Mul(bc, nph)
+      ax = Constant<value = int64[1] {0}>()
+      u0 = Unsqueeze(bcn, ax)
+      u2 = Unsqueeze(npw, ax)
+      two1 = Constant<value = int64[1] {2}>()
+      shp = Concat<axis = 0>(u0, two1, u2, two1)
+      r = Reshape(x, shp)
+      y = MatMul(r, w)
+    }
+    """)
+    assert _dims(result, "r") == ["4*batch*ceiling(height/2)", 2, "floor(width/2)", 2]
+    assert _dims(result, "y") == ["4*batch*ceiling(height/2)", 2, "floor(width/2)", 8]
+    assert "onnx-shape-inference" not in result.engines
+
+
+def test_a_ceiling_is_known_non_negative() -> None:
+    h_ = symbol("h")
+    assert sympy.ceiling(h_ / 2).is_nonnegative is None  # what sympy says
+    assert _symvalues._nonnegative(sympy.ceiling(h_ / 2)) and _symvalues._nonnegative(3 * sympy.ceiling(h_ / 2) + 1)
+    assert not _symvalues._nonnegative(sympy.ceiling(h_ / 2) - 1)
+    assert _symvalues._truncated(3 * sympy.ceiling(h_ / 2) / 2) == sympy.floor(3 * sympy.ceiling(h_ / 2) / 2)
+    assert _symvalues._truncated(2 * sympy.ceiling(h_ / 2)) == 2 * sympy.ceiling(h_ / 2)
