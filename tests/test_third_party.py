@@ -191,6 +191,10 @@ HF_DYNAMO = ("gpt2", "bert", "llama", "t5", "vit", "wav2vec2")  # dynamo exports
 
 HF_PARAMS = [_param(f"{m}-{e}", m, e) for e in ("legacy", "dynamo") for m in HF_MODELS
              if e == "legacy" or m in HF_DYNAMO]
+PROBED = ("mobilevit", "funnel", "longformer")
+"""Families whose legacy exports write shape computations the sweep must carry (``third_party_models``): checked
+against onnxruntime's shapes, and resolved in the input dims with nothing bound where 1 is a valid size."""
+PROBED_PARAMS = [_param(f"{m}-legacy", m, "legacy") for m in PROBED]
 
 
 @pytest.mark.parametrize(("name", "exporter"), HF_PARAMS)
@@ -223,7 +227,7 @@ def _ort_shapes(path: Path, feeds: Mapping[str, Any]) -> dict[str, tuple[int, ..
     return {n: tuple(v.shape) for n, v in zip(names, values, strict=True) if hasattr(v, "shape")}
 
 
-@pytest.mark.parametrize(("name", "exporter"), HF_PARAMS)
+@pytest.mark.parametrize(("name", "exporter"), HF_PARAMS + PROBED_PARAMS)
 def test_hf_export_shapes_match_onnxruntime(name: str, exporter: str, exports: Exports) -> None:
     """Every node output's shape, at the case's binding, is the shape onnxruntime computes. The shapes come
     from onnx's inference and graphcost's own sweep (and the symbolic engine where those leave a dim), so this
@@ -249,6 +253,22 @@ def test_hf_export_shapes_match_onnxruntime(name: str, exporter: str, exports: E
                 wrong.append(f"{node['op_type']} {out['name']}: {dims} != {want[out['name']]}")
     assert checked > 50  # the check saw the model, not a handful of values
     assert not wrong, f"{len(wrong)} of {checked} shapes differ from onnxruntime: {wrong[:5]}"
+
+
+@pytest.mark.parametrize("name", ["mobilevit", "funnel"])
+def test_hf_probed_family_resolves_unbound(name: str, exports: Exports) -> None:
+    """With no dim bound, every dim the numbers took is an input dim and every tensor has a shape: MobileViT's
+    float ceil and cast back, Funnel's ceil-mode pooling (each left minted dims before). Longformer's shapes are
+    degenerate at seq = 1 (a ConstantOfShape of 2*floor(seq/4) - 1), so it refuses unbound and is checked bound."""
+    import onnx
+
+    path = exports.hf(name, "legacy")
+    r = _analyze(path)
+    inputs = {d.dim_param for vi in onnx.load(str(path), load_external_data=False).graph.input
+              for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    assert set(r.defaulted_dims) <= inputs, f"minted dims: {sorted(set(r.defaulted_dims) - inputs)}"
+    assert not [t.name for n in r.nodes for t in (*n.inputs, *n.outputs) if t.name and t.shape is None]
+    assert_no_unknown_op(r)
 
 
 def test_hf_cli_json(exports: Exports) -> None:

@@ -237,6 +237,41 @@ def wav2vec2_macs(d: Dims) -> Any:
     return d["batch"] * (conv + projection + pos + frames * per_token + _attention_macs(LAYERS, D, frames, frames))
 
 
+# ---- families checked against onnxruntime's shapes only (no closed form here) -----------------------------------
+# Each writes a shape computation the symbolic sweep must carry: MobileViT's unfold size int(ceil(h/2)*2) in float,
+# Funnel's AveragePool(ceil_mode=1) over the sequence, Longformer's NonZero(ConstantOfShape(n)) index ranges.
+
+PROBE_IMAGE = 64
+
+
+def mobilevit() -> Any:
+    from transformers import MobileViTConfig, MobileViTModel
+
+    cfg = MobileViTConfig(image_size=PROBE_IMAGE, hidden_sizes=[32, 48, 64],
+                          neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 64], num_attention_heads=HEADS)
+    return _seeded(lambda: MobileViTModel(cfg, expand_output=True))
+
+
+def funnel() -> Any:
+    from transformers import FunnelConfig, FunnelModel
+
+    cfg = FunnelConfig(vocab_size=VOCAB, block_sizes=[1, 1], block_repeats=None, num_decoder_layers=1, d_model=D,
+                       n_head=HEADS, d_head=D // HEADS, d_inner=2 * D, max_position_embeddings=128)
+    return _seeded(lambda: FunnelModel(cfg))
+
+
+def longformer() -> Any:
+    from transformers import LongformerConfig, LongformerModel
+
+    cfg = LongformerConfig(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                           intermediate_size=2 * D, max_position_embeddings=130, attention_window=4)
+    return _seeded(lambda: LongformerModel(cfg, add_pooling_layer=False))
+
+
+def no_closed_form(_d: Dims) -> Any:
+    raise NotImplementedError("no closed-form MACs for this family: its shapes are checked against onnxruntime")
+
+
 # ---- inputs and the table -------------------------------------------------------------------------------------
 
 
@@ -262,6 +297,12 @@ def _pixels(batch: int, _size: int) -> dict[str, Any]:
     import torch
 
     return {"pixel_values": torch.randn(batch, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0))}
+
+
+def _pixels_sized(batch: int, size: int) -> dict[str, Any]:
+    import torch
+
+    return {"pixel_values": torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))}
 
 
 def _audio(batch: int, samples: int) -> dict[str, Any]:
@@ -296,6 +337,11 @@ HF_CASES: dict[str, HFCase] = {
     "wav2vec2": HFCase("wav2vec2", wav2vec2, _audio, {"input_values": {0: "batch", 1: "samples"}},
                        {"last_hidden_state": {0: "batch", 1: "frames"}}, wav2vec2_macs,
                        {"batch": 2, "samples": AUDIO}, {"batch": 3, "samples": 2011}, size=AUDIO),
+    "mobilevit": HFCase("mobilevit", mobilevit, _pixels_sized, {"pixel_values": {0: "batch", 2: "height", 3: "width"}},
+                        {"last_hidden_state": {0: "batch"}}, no_closed_form,
+                        {"batch": 2, "height": PROBE_IMAGE, "width": PROBE_IMAGE}, {}, size=PROBE_IMAGE),
+    "funnel": _text_case("funnel", funnel, no_closed_form),
+    "longformer": _text_case("longformer", longformer, no_closed_form),
 }
 
 
