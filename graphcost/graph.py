@@ -207,6 +207,75 @@ def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
                     yield from graph_protos(g)
 
 
+def separate_scopes(graph: onnx.GraphProto) -> int:
+    """Rename, in place, each value a subgraph defines under a name that another scope of the model defines too;
+    returns how many were renamed.
+
+    ONNX scopes names per graph: sibling subgraphs may reuse them (optimum's merged decoders: an If whose two
+    branches, the decoder with and without past, share 659 value names). graphcost keys types by value name,
+    model-wide, so two such values would share one shape. A renamed value takes ``name@attribute`` (the
+    attribute holding its subgraph: ``else_branch``, ``body``), a counter added while that is taken too; every
+    use in its scope (the subgraph and the subgraphs inside it) follows. Graph outputs, and names from enclosing
+    scopes, keep theirs. Done in traversal order, so the names are the same for the same file."""
+    taken = _defined(graph)
+    renamed = 0
+
+    def visit(g: onnx.GraphProto, outer: dict[str, str]) -> None:
+        nonlocal renamed
+        for node in g.node:
+            for attr in node.attribute:
+                subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else (
+                    list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else [])
+                for sub in subs:
+                    scope = dict(outer)
+                    for name in _defined(sub):
+                        if name in scope and scope[name] != name:
+                            del scope[name]  # redefined here: this scope's own value, not the outer one's new name
+                        if name in taken:
+                            new, k = f"{name}@{attr.name}", 1
+                            while new in taken:
+                                k += 1
+                                new = f"{name}@{attr.name}{k}"
+                            scope[name] = new
+                            renamed += 1
+                            name = new
+                        taken.add(name)
+                    if scope:
+                        _rename_in(sub, scope)
+                    visit(sub, scope)
+
+    visit(graph, {})
+    return renamed
+
+
+def _defined(g: onnx.GraphProto) -> set[str]:
+    """The value names graph ``g`` itself defines: its inputs, initializers and node outputs."""
+    names = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    names.update(t.values.name for t in g.sparse_initializer)
+    names.update(o for node in g.node for o in node.output if o)
+    names.discard("")
+    return names
+
+
+def _rename_in(g: onnx.GraphProto, names: Mapping[str, str]) -> None:
+    """Apply ``names`` to every value name graph ``g`` itself holds (its nested subgraphs are visited apart)."""
+    for seq in (g.input, g.output, g.value_info):
+        for vi in seq:
+            if vi.name in names:
+                vi.name = names[vi.name]
+    for t in g.initializer:
+        if t.name in names:
+            t.name = names[t.name]
+    for sp in g.sparse_initializer:
+        if sp.values.name in names:
+            sp.values.name = names[sp.values.name]
+    for node in g.node:
+        for field_ in (node.input, node.output):
+            for i, name in enumerate(field_):
+                if name in names:
+                    field_[i] = names[name]
+
+
 _TYPE_CACHE: dict[bytes, tuple[Shape | None, str]] = {}
 _TYPE_CACHE_LIMIT = 1 << 16
 _COPY_CHAIN = 16

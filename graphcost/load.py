@@ -24,7 +24,7 @@ from typing import Any
 import onnx
 
 from graphcost import _scan
-from graphcost.graph import Graph, NodeFields, graph_protos, read_node_fields
+from graphcost.graph import Graph, NodeFields, graph_protos, read_node_fields, separate_scopes
 from graphcost.report.escape import terminal_text
 
 __all__ = ["LoadError", "Model", "clean_strings", "display_path", "external_data_path", "external_files",
@@ -175,6 +175,8 @@ def _model(proto: onnx.ModelProto, fields: tuple[NodeFields, ...], where: str, p
     """The Model, its local functions inlined; the node fields read by the text check go with it when inlining
     left the nodes as they were."""
     inlined = _inline(proto, where)
+    if inlined is not proto or any(f.graphs for f in fields):  # values are typed by name: one name, one scope
+        separate_scopes(inlined.graph)
     return Model(inlined, path, base_dir, fields if inlined is proto else None)
 
 

@@ -97,3 +97,58 @@ def test_unnamed_and_duplicate_node_names_are_made_unique() -> None:
                       [oh.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
     r = graphcost.analyze(oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)]), hardware=EDGE)
     assert [n.name for n in r.nodes] == ["Relu_0", "r", "r_2"]
+
+
+def _merged_decoder_like() -> onnx.ModelProto:
+    """An If whose branches define the same value names with different shapes, as optimum's merged decoders do
+    (with past / without past): ``t`` is [2, 4] in one branch and [2, 8] in the other; the cache branch appends to
+    the model's ``past`` input and returns it as ``present``."""
+    w1 = numpy_helper.from_array(np.ones((3, 4), np.float32), "w1")
+    w2 = numpy_helper.from_array(np.ones((3, 8), np.float32), "w2")
+
+    def branch(name: str, w: str, n: int, cache: bool) -> onnx.GraphProto:
+        nodes = [oh.make_node("MatMul", ["x", w], ["t"], name="mm"), oh.make_node("Relu", ["t"], ["y"], name="relu")]
+        if cache:
+            nodes.append(oh.make_node("Concat", ["past", "k"], ["present"], name="append", axis=1))
+        else:
+            nodes.append(oh.make_node("Identity", ["k"], ["present"], name="fresh"))
+        return oh.make_graph(nodes, name, [], [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, n]),
+                                                oh.make_tensor_value_info("present", TensorProto.FLOAT, None)])
+
+    g = oh.make_graph(
+        [oh.make_node("If", ["use_cache"], ["out", "present"], name="if", then_branch=branch("then", "w1", 4, True),
+                      else_branch=branch("else", "w2", 8, False))],
+        "merged",
+        [oh.make_tensor_value_info("use_cache", TensorProto.BOOL, []),
+         oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         oh.make_tensor_value_info("past", TensorProto.FLOAT, [2, 100]),
+         oh.make_tensor_value_info("k", TensorProto.FLOAT, [2, 1])],
+        [oh.make_tensor_value_info("out", TensorProto.FLOAT, None),
+         oh.make_tensor_value_info("present", TensorProto.FLOAT, None)], [w1, w2])
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_sibling_branches_that_reuse_names_keep_their_own_shapes() -> None:
+    model = _merged_decoder_like()
+    before = model.SerializeToString()
+    r = graphcost.analyze(model)
+    assert model.SerializeToString() == before  # the caller's proto is not renamed
+    rows = {n.name: n for n in r.nodes}
+    then_mm, else_mm = rows["if/then_branch/mm"], rows["if/else_branch/mm"]
+    assert then_mm.macs == 2 * 3 * 4 and else_mm.macs == 2 * 3 * 8  # each branch its own product
+    assert then_mm.outputs[0].shape == (2, 4) and else_mm.outputs[0].shape == (2, 8)
+    # the branch visited second (attributes in file order; onnx.helper sorts them: else first) takes the suffix
+    assert (then_mm.outputs[0].name, else_mm.outputs[0].name) == ("t@then_branch", "t")
+    assert r.totals.macs == 2 * 3 * 8  # the If: the more expensive branch
+    append = rows["if/then_branch/append"]  # the model's past, read inside the branch: an append in place
+    assert append.bytes_written == 2 * 1 * 4 and append.bytes_as_written == (2 * 100 + 2 * 1 + 2 * 101) * 4
+
+
+def test_scope_renames_are_the_same_for_the_same_file() -> None:
+    from graphcost.graph import separate_scopes
+
+    a, b = _merged_decoder_like(), _merged_decoder_like()
+    # the then branch's t, y and present (else is visited first), and else's present: the If's own output shadows it
+    assert separate_scopes(a.graph) == separate_scopes(b.graph) == 4
+    assert a.SerializeToString() == b.SerializeToString()
+    assert separate_scopes(a.graph) == 0  # once apart, nothing clashes

@@ -137,10 +137,16 @@ def _through_views_back(g: Graph, name: str) -> str:
 
 
 def _is_past(g: Graph, name: str) -> bool:
-    """``name`` is (through views) a graph input named like a KV cache."""
+    """``name`` is (through views) a graph input named like a KV cache: of this graph, or of an enclosing one (a
+    merged decoder's cache is the model's input, read inside the If branch that takes it)."""
     src = _through_views_back(g, name) if name else ""
     t = g.tensor(src) if src else None
-    return t is not None and t.kind is TensorKind.INPUT and src in g.input_names and bool(_PAST.search(src))
+    if t is None or t.kind is not TensorKind.INPUT or not _PAST.search(src):
+        return False
+    scope: Graph | None = g
+    while scope is not None and src not in scope.input_names:
+        scope = scope.parent
+    return scope is not None
 
 
 def views_of(g: Graph, name: str) -> list[str]:
