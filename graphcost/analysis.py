@@ -33,6 +33,7 @@ from graphcost.binding import (
     defaults_break,
     dim_keys,
     sizes_the_model_states,
+    sizes_the_ops_fix,
 )
 from graphcost.graph import Graph
 from graphcost.load import Model, load
@@ -157,7 +158,8 @@ class Analysis:
         if unknown_dims == "ignore":
             ignored = tuple(d for d in given if d not in model_dims)
             given = {k: v for k, v in given.items() if k in model_dims}
-        binding = Binding.static(model_dims, given)
+        fixed = sizes_the_ops_fix(graph)
+        binding = Binding.static(model_dims, given, fixed)
         if model_dims:
             with stage("validate", graph):
                 checked_dims = check_binding(graph, binding.values)

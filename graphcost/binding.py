@@ -4,13 +4,16 @@ A model's numbers depend on named dims (``batch``, ``seq``, and the names infere
 expresses). A :class:`Binding` records the value each takes and why:
 
 * **user** — the caller bound it (``dims=``, ``--dim``);
-* **taken** — a run needs a concrete size and the model states it (see :func:`sizes_the_model_states`);
+* **taken** — an op's contract fixes it (a KV cache's last axis is the attention's head size, a Concat's other
+  axes match: :func:`sizes_the_ops_fix`, for every command), or a run needs a concrete size and the model states
+  it (see :func:`sizes_the_model_states`);
 * **defaulted** — nobody said: ``DEFAULT_DIM_VALUE``, and the report or the command says so.
 
 Two rules use it:
 
 * **static analysis** (``analyze``, ``fusion``, ``diff``, ``audit``; :meth:`Binding.static`): every dim nobody
-  bound is ``DEFAULT_DIM_VALUE``; the numbers carry a warning and the formulas stay exact in the dim names.
+  bound and no op fixes is ``DEFAULT_DIM_VALUE``; the numbers carry a warning and the formulas stay exact in the
+  dim names.
 * **runs** (``fold``, ``bench``, ``gap``; :meth:`Binding.for_run`): the graph inputs' dims become real arrays, so
   a size must be right, not merely stated. The user's value, else a size the model states, else
   ``DEFAULT_DIM_VALUE`` — but only where the model's shapes still agree at that size (:func:`defaults_break`:
@@ -32,7 +35,7 @@ import onnx
 
 from graphcost._dims import parse_dim, to_text
 from graphcost._sym import sympy
-from graphcost.graph import anonymous_dim
+from graphcost.graph import Graph, anonymous_dim
 from graphcost.passes.shapes import bind_inputs, strip_shapes
 
 DEFAULT_DIM_VALUE = 1
@@ -113,13 +116,17 @@ class Binding:
         return dict(self.values)
 
     @classmethod
-    def static(cls, model_dims: Iterable[str], dims: Mapping[str, int] | None = None) -> Binding:
-        """The static-analysis binding: the caller's values, ``DEFAULT_DIM_VALUE`` for every other dim."""
+    def static(cls, model_dims: Iterable[str], dims: Mapping[str, int] | None = None,
+               fixed: Mapping[str, tuple[int, str]] | None = None) -> Binding:
+        """The static-analysis binding: the caller's values, then the sizes an op's contract fixes (``fixed``:
+        :func:`sizes_the_ops_fix`, taken), ``DEFAULT_DIM_VALUE`` for every other dim."""
         known = set(model_dims)
         given = dict(dims or {})
         check_names(given, known)
-        defaulted = sorted(known - set(given))
-        return cls({**dict.fromkeys(defaulted, DEFAULT_DIM_VALUE), **given}, tuple(given), tuple(defaulted))
+        taken = {d: v for d, v in (fixed or {}).items() if d in known and d not in given}
+        defaulted = sorted(known - set(given) - set(taken))
+        values = {**dict.fromkeys(defaulted, DEFAULT_DIM_VALUE), **{d: v for d, (v, _) in taken.items()}, **given}
+        return cls(values, tuple(given), tuple(defaulted), {d: where for d, (_, where) in taken.items()})
 
     def for_run(self, needed: Iterable[str], stated: Mapping[str, tuple[int, str]],
                 broken: Sequence[str] = (), why: str = "") -> Binding:
@@ -153,6 +160,86 @@ def run_failed(binding: Binding, input_dims: Iterable[str], error: str) -> Unbou
     at = ", ".join(f"{d}={DEFAULT_DIM_VALUE}" for d in defaulted)
     said = error.removeprefix("onnxruntime failed running the model: ")
     return UnboundDims(defaulted, f"onnxruntime cannot run the model at {at}: {said}")
+
+
+# ------------------------------------------------------------------------------------------ what an op's contract fixes
+_KV_CACHES = {("com.microsoft", "GroupQueryAttention"): (3, 4), ("com.microsoft", "MultiHeadAttention"): (6, 7)}
+"""Attention ops reading a KV cache: their past key and past value input slots, each ``[batch, heads, past, head]``."""
+
+
+def sizes_the_ops_fix(graph: Graph) -> dict[str, tuple[int, str]]:
+    """Sizes of named dims an operator's contract fixes: dim → (size, why).
+
+    GroupQueryAttention and MultiHeadAttention (com.microsoft) read their past key and value as ``[batch, heads,
+    past, head size]``. When such a cache input's last axis is a bare name (onnxruntime-genai's builder writes
+    ``kv_cache_dim``, so that one export also serves a compressed cache) and the cache has the query's element type
+    (not a compressed one), the name can only be the head size the query implies: ``hidden / num_heads``, or for
+    GroupQueryAttention's packed QKV (no key input) ``hidden / (num_heads + 2·kv_num_heads)``."""
+    out: dict[str, tuple[int, str]] = {}
+    for g in graph.walk():
+        for node in g.nodes():
+            if node.op_type == "Concat" and node.domain == "ai.onnx":
+                _concat_fixes(g, node, out)
+                continue
+            slots = _KV_CACHES.get((node.domain, node.op_type))
+            if slots is None:
+                continue
+            head = _head_size(g, node)
+            query = g.tensor(node.inputs[0]) if node.inputs and node.inputs[0] else None
+            if head is None or query is None:
+                continue
+            for slot in slots:
+                past = g.tensor(node.inputs[slot]) if slot < len(node.inputs) and node.inputs[slot] else None
+                if past is None or past.shape is None or len(past.shape) != 4 or past.dtype != query.dtype:
+                    continue
+                d = past.shape[3]
+                if getattr(d, "is_Symbol", False) and str(d) not in out:
+                    out[str(d)] = (head, f"{node.op_type} {node.name!r} reads its cache as [batch, heads, past, "
+                                         f"head size {head}]")
+    return out
+
+
+def _concat_fixes(g: Graph, node: Any, out: dict[str, tuple[int, str]]) -> None:
+    """A Concat's inputs agree on every axis but the joined one: a bare name there beside a number is that number
+    (a decoder's past cache ``[batch, heads, past, kv_cache_dim]`` joined with the new keys ``[.., .., seq, 16]``)."""
+    shapes = [t.shape for i in node.inputs if i and (t := g.tensor(i)) is not None and t.shape is not None]
+    if len(shapes) < 2 or len({len(s) for s in shapes}) != 1:
+        return
+    rank = len(shapes[0])
+    axis = node.attribute("axis")
+    if not isinstance(axis, int) or not -rank <= axis < rank:
+        return
+    for k in range(rank):
+        if k == axis % rank:
+            continue
+        numbers = {d[k] for d in shapes if isinstance(d[k], int)}
+        if len(numbers) != 1:
+            continue  # none to go by, or a model that cannot run
+        (size,) = numbers
+        for d in shapes:
+            if getattr(d[k], "is_Symbol", False) and str(d[k]) not in out:
+                out[str(d[k])] = (size, f"Concat {node.name!r} joins it with a {size} on axis {k}")
+
+
+def _head_size(g: Graph, node: Any) -> int | None:
+    """The head size a GroupQueryAttention's or MultiHeadAttention's query implies (a number), else None."""
+    heads = node.attribute("num_heads")
+    q = g.tensor(node.inputs[0])
+    if not heads or q is None or q.shape is None:
+        return None
+    shape = q.shape
+    if node.op_type == "GroupQueryAttention":
+        kv = node.attribute("kv_num_heads")
+        packed = not (len(node.inputs) > 1 and node.inputs[1])
+        n = heads + 2 * kv if packed and kv else heads
+        if len(shape) != 3 or not isinstance(shape[2], int) or (packed and not kv) or shape[2] % n:
+            return None
+        return shape[2] // n
+    if len(shape) == 5 and isinstance(shape[4], int):  # MultiHeadAttention's packed QKV [B, S, N, 3, H]
+        return shape[4]
+    if len(shape) == 3 and isinstance(shape[2], int) and shape[2] % heads == 0:
+        return shape[2] // heads
+    return None
 
 
 # ------------------------------------------------------------------------------------------- what the model states
@@ -256,4 +343,4 @@ def _strict_error(proto: onnx.ModelProto, values: Mapping[str, int]) -> str | No
 
 
 __all__ = ["DEFAULT_DIM_VALUE", "Binding", "UnboundDims", "UnknownDim", "check_names", "defaults_break",
-           "dim_key", "dim_keys", "run_failed", "sizes_the_model_states"]
+           "dim_key", "dim_keys", "run_failed", "sizes_the_model_states", "sizes_the_ops_fix"]
