@@ -217,7 +217,7 @@ def separate_scopes(graph: onnx.GraphProto) -> int:
     attribute holding its subgraph: ``else_branch``, ``body``), a counter added while that is taken too; every
     use in its scope (the subgraph and the subgraphs inside it) follows. Graph outputs, and names from enclosing
     scopes, keep theirs. Done in traversal order, so the names are the same for the same file."""
-    taken = _defined(graph)
+    taken = set(_defined(graph))
     renamed = 0
 
     def visit(g: onnx.GraphProto, outer: dict[str, str]) -> None:
@@ -248,13 +248,15 @@ def separate_scopes(graph: onnx.GraphProto) -> int:
     return renamed
 
 
-def _defined(g: onnx.GraphProto) -> set[str]:
-    """The value names graph ``g`` itself defines: its inputs, initializers and node outputs."""
-    names = {vi.name for vi in g.input} | {t.name for t in g.initializer}
-    names.update(t.values.name for t in g.sparse_initializer)
-    names.update(o for node in g.node for o in node.output if o)
-    names.discard("")
-    return names
+def _defined(g: onnx.GraphProto) -> list[str]:
+    """The value names graph ``g`` itself defines, each once, in file order: its inputs, initializers and node
+    outputs (an order, not a set: which of two names takes a counter must not depend on hashing)."""
+    names = dict.fromkeys(vi.name for vi in g.input)
+    names.update(dict.fromkeys(t.name for t in g.initializer))
+    names.update(dict.fromkeys(t.values.name for t in g.sparse_initializer))
+    names.update(dict.fromkeys(o for node in g.node for o in node.output))
+    names.pop("", None)
+    return list(names)
 
 
 def _rename_in(g: onnx.GraphProto, names: Mapping[str, str]) -> None:

@@ -152,3 +152,25 @@ def test_scope_renames_are_the_same_for_the_same_file() -> None:
     assert separate_scopes(a.graph) == separate_scopes(b.graph) == 4
     assert a.SerializeToString() == b.SerializeToString()
     assert separate_scopes(a.graph) == 0  # once apart, nothing clashes
+
+
+def test_scope_renames_do_not_depend_on_hashing() -> None:
+    """A branch visited second that defines both ``x`` (taken by the first) and ``x@then_branch``: which of the two
+    takes the counter is decided by file order, in every process (PYTHONHASHSEED differs between them)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import onnx.helper as oh\nfrom onnx import TensorProto as T\nfrom graphcost.graph import separate_scopes\n"
+        "def br(n):\n"
+        "    nodes = [oh.make_node('Relu', ['a'], ['x@then_branch']), oh.make_node('Neg', ['x@then_branch'], ['x'])]\n"
+        "    return oh.make_graph(nodes, n, [], [oh.make_tensor_value_info('x', T.FLOAT, None)])\n"
+        "ins = [oh.make_tensor_value_info('c', T.BOOL, []), oh.make_tensor_value_info('a', T.FLOAT, [2])]\n"
+        "g = oh.make_graph([oh.make_node('If', ['c'], ['y'], then_branch=br('t'), else_branch=br('e'))], 'g', ins,\n"
+        "                  [oh.make_tensor_value_info('y', T.FLOAT, None)])\n"
+        "separate_scopes(g)\nprint([o for a in g.node[0].attribute for n in a.g.node for o in n.output])\n")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    assert len(seen) == 1, seen
+    # else (sorted first by onnx.helper) keeps its names; in then, x@then_branch comes first in file order
+    assert seen.pop().strip() == ("['x@then_branch', 'x', 'x@then_branch@then_branch', 'x@then_branch2']"), seen
