@@ -158,7 +158,7 @@ class Analysis:
         if unknown_dims == "ignore":
             ignored = tuple(d for d in given if d not in model_dims)
             given = {k: v for k, v in given.items() if k in model_dims}
-        fixed = sizes_the_ops_fix(graph)
+        fixed = sizes_the_ops_fix(graph) if model_dims else {}  # a static model has no name to fix
         binding = Binding.static(model_dims, given, fixed)
         if model_dims:
             with stage("validate", graph):

@@ -22,7 +22,7 @@ from graphcost._sym import sympy
 from graphcost.analysis import Analysis, PassError
 from graphcost.analysis import all_dims as all_dims  # where callers found it before the front door
 from graphcost.analysis import stage as _stage
-from graphcost.binding import DEFAULT_DIM_VALUE, Binding, run_failed, sizes_the_ops_fix
+from graphcost.binding import DEFAULT_DIM_VALUE, Binding, run_failed
 from graphcost.graph import Graph, Tensor, TensorKind
 from graphcost.hardware import catalog
 from graphcost.hardware.spec import HardwareSpec
@@ -261,7 +261,7 @@ def _analyze(
     warnings = [Warning_(f.node, f.reason) for f in a.validation.warnings]
     warnings.extend(Warning_(w.node, w.message) for w in shapes.warnings)
     warnings.extend(_defaulted_warnings(defaulted, set(shapes.input_dims)))
-    warnings.extend(_fixed_warnings(a.binding, graph))
+    warnings.extend(_fixed_warnings(a.binding))
     if a.input_values:  # the numbers hold for these values only: say so where every reader looks
         fixed = ", ".join(f"{k}={_value_text(v)}" for k, v in sorted(a.input_values.items()))
         warnings.append(Warning_(None, f"inputs fixed (--input-value): {fixed}; shapes and If branches follow "
@@ -343,14 +343,12 @@ def _value_text(v: Any) -> str:
     return text + (",…" if len(flat) > 8 else "")
 
 
-def _fixed_warnings(binding: Binding, graph: Graph) -> list[Warning_]:
+def _fixed_warnings(binding: Binding) -> list[Warning_]:
     """Say which dims an op's contract sized (``binding.taken``), and which given sizes contradict one."""
     out = [Warning_(None, f"dim {d} = {binding.values[d]}: {where}") for d, where in binding.taken.items()]
-    if binding.user:
-        for d, (size, where) in sizes_the_ops_fix(graph).items():
-            if d in binding.user and binding.values[d] != size:
-                out.append(Warning_(None, f"dim {d} = {binding.values[d]} as given, but {where}: the numbers use "
-                                          f"{binding.values[d]}, which that op cannot run at"))
+    out.extend(Warning_(None, f"dim {d} = {binding.values[d]} as given, but {where}: the numbers use "
+                              f"{binding.values[d]}, which that op cannot run at")
+               for d, (_, where) in binding.contradicted.items())
     return out
 
 

@@ -104,6 +104,8 @@ class Binding:
     defaulted: tuple[str, ...] = ()
     taken: Mapping[str, str] = field(default_factory=dict)
     """dim → where its size came from (``metadata imgsz``, ``declared output 'y'``)."""
+    contradicted: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    """dim the caller bound → (the size an op's contract fixes instead, where): kept as given, and said."""
 
     def value(self, name: str) -> int:
         """The value of ``name``; :class:`UnknownDim` when the model has no such dim."""
@@ -123,10 +125,13 @@ class Binding:
         known = set(model_dims)
         given = dict(dims or {})
         check_names(given, known)
-        taken = {d: v for d, v in (fixed or {}).items() if d in known and d not in given}
+        fixed = fixed or {}
+        taken = {d: v for d, v in fixed.items() if d in known and d not in given}
         defaulted = sorted(known - set(given) - set(taken))
         values = {**dict.fromkeys(defaulted, DEFAULT_DIM_VALUE), **{d: v for d, (v, _) in taken.items()}, **given}
-        return cls(values, tuple(given), tuple(defaulted), {d: where for d, (_, where) in taken.items()})
+        contradicted = {d: fixed[d] for d in given if d in fixed and given[d] != fixed[d][0]}
+        return cls(values, tuple(given), tuple(defaulted), {d: where for d, (_, where) in taken.items()},
+                   contradicted)
 
     def for_run(self, needed: Iterable[str], stated: Mapping[str, tuple[int, str]],
                 broken: Sequence[str] = (), why: str = "") -> Binding:
