@@ -25,7 +25,7 @@ overhead (launch, dispatch, allocation, Python). Noise = the timer's resolution 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,28 +203,31 @@ class Bounder:
             if f is not None and f > heaviest[0]:
                 heaviest = (f, c.dtype)
         crossing = self.storage.crossing(inside)
-        reads = [self.storage.base_of(t) for t, _, _ in crossing.reads]  # the storage: a view of x is x in DRAM
-        writes = [t for t, _, _ in crossing.writes]
-        return self._bound(flops, reads, writes, heaviest[1] if members else "float32")
+        # each entry at the bytes the crossing charges (a Gather's rows, not its table), resident or not as its
+        # storage is: a view of x is x in DRAM
+        moves = [(self.storage.base_of(t), self._at(b)) for t, _, b in crossing.reads]
+        moves += [(t, self._at(b)) for t, _, b in crossing.writes]
+        return self._bound(flops, moves, heaviest[1] if members else "float32")
 
     def of_conversion(self, tensor: str) -> SetBound:
         """A layout/dtype conversion of ``tensor``: read it once, write it once."""
-        return self._bound(0, {tensor}, {tensor}, "float32", twice=True)
+        b = self.tensor_bytes(tensor)
+        return self._bound(0, [(tensor, b), (tensor, b)], "float32")
 
-    def _bound(self, flops: Number | None, reads: Collection[str], writes: Collection[str], dtype: str, *,
-               twice: bool = False) -> SetBound:
+    def _at(self, b: Dim | None) -> Number | None:
+        return None if b is None else evaluate(b, self.binding)
+
+    def _bound(self, flops: Number | None, moves: Iterable[tuple[str, Number | None]], dtype: str) -> SetBound:
+        """The bound of a kernel doing ``flops`` and moving each (storage, bytes) of ``moves``."""
         moved: Number | None = 0
         resident: Number = 0
-        for name, count in [*((r, 1) for r in reads), *((w, 1) for w in writes if not twice or w not in reads)]:
-            b = self.tensor_bytes(name)
+        for name, b in moves:
             if b is None or moved is None:
                 moved = None
                 continue
-            moved += b * count
+            moved += b
             if self._resident(name):
-                resident += b * count
-        if twice and moved is not None:
-            moved, resident = 2 * moved, 2 * resident
+                resident += b
         k = kernel_bound(flops, moved, self.hw, dtype=dtype, resident=resident, capacity=self.capacity)
         return SetBound(flops, k.bytes, k.dram_bytes, k.compute_s, k.memory_s, dtype)
 

@@ -46,6 +46,7 @@ def group_rows(lists: Iterable[list[int]], names: Sequence[str], info_at: Sequen
                                group_cls))
             continue
         members = [names[i] for i in positions]
+        parts: tuple[tuple[str, Dim], ...] = ()
         inputs: dict[str, str] = {}
         outputs: dict[str, str] = {}
         inside: Any = members if len(members) < 8 else set(members)  # a short list is the quicker `in`
@@ -73,6 +74,8 @@ def group_rows(lists: Iterable[list[int]], names: Sequence[str], info_at: Sequen
                 fused = unfused
             else:
                 fused = _sum([e[2] for e in (*reads.values(), *writes.values())])
+                if storage.parts:
+                    parts = tuple((t, b) for t, _, b in reads.values() if b is not None and b != storage.bytes_of(t))
         else:  # views only: what they alias
             anchor, dtype, opaque, fused = None, info_at[positions[0]].dtype, False, 0
             for i in positions:
@@ -89,7 +92,7 @@ def group_rows(lists: Iterable[list[int]], names: Sequence[str], info_at: Sequen
                             continue
                     outputs.setdefault(base.get(t, t), t)
         out.append(group_cls(f"g{gi}", tuple(members), None if anchor is None else anchor.name, dtype, flops, unfused,
-                             fused, tuple(inputs.values()), tuple(outputs.values()), opaque))
+                             fused, tuple(inputs.values()), tuple(outputs.values()), opaque, parts))
     return out
 
 
@@ -126,8 +129,10 @@ def _single(gid: str, i: int, names: Sequence[str], info_at: Sequence[NodeInfo],
                 else:
                     continue
             outputs.setdefault(base.get(t, t), t)
+    c = cost_at[i]
+    parts = c.parts if c is not None and role is not _CONTROL else ()  # what traffic_one read in part
     return group_cls(gid, (m,), anchor, info.dtype, flops, unfused, fused, tuple(inputs.values()),
-                     tuple(outputs.values()), opaque)
+                     tuple(outputs.values()), opaque, parts)
 
 
 def _one(c: NodeCost | None, sums: dict[Any, Dim | None]) -> tuple[Dim | None, Dim | None]:

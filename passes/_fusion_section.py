@@ -178,12 +178,16 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int],
             got = values[value] = count_value(value, binding)
         return got  # type: ignore[return-value]
 
-    def resident_of(tensors: Iterable[str]) -> Number:
+    def resident_of(tensors: Iterable[str], parts: Mapping[str, Dim] | None = None) -> Number:
         """Bytes of ``tensors`` that may stay on chip: activations that are not graph outputs (roofline's
         ``_onchip_bytes``), each distinct tensor once; a view is what its storage is (a view of a graph
-        input is not an activation on chip)."""
+        input is not an activation on chip). Of a tensor read only in part (``parts``), only that part."""
         total: Number = 0
         for name in dict.fromkeys(tensors):
+            if parts and name in parts:
+                whole = resident_of((name,))
+                total += min(whole, num(parts[name]) or 0) if whole else 0
+                continue
             got = activations.get(name)
             if got is None:
                 got = 0
@@ -230,7 +234,8 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int],
                     moved = values[(br, bw)] = count_value(br + bw, binding)
             resident: Number = 0
             if onchip and moved is not None and c.depth == 0:
-                resident = moved if warm else resident_of(r.name for r in (*c.inputs, *c.outputs))
+                resident = moved if warm else resident_of((r.name for r in (*c.inputs, *c.outputs)),
+                                                          dict(c.parts) if c.parts else None)
             k = bound(f, moved, c.dtype, resident, onchip and c.depth == 0)
             parts.append(k)
             t = k.time_s
@@ -245,7 +250,7 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int],
         else:
             resident = 0
             if onchip and fus is not None:
-                resident = fus if warm else resident_of((*g.inputs, *g.outputs))
+                resident = fus if warm else resident_of((*g.inputs, *g.outputs), dict(g.parts) if g.parts else None)
             fused = bound(flops, fus, g.dtype, resident, onchip)
             kernels.append(fused)
             time_fus = fused.time_s

@@ -25,7 +25,7 @@ from graphcost._dims import Dim, as_expr, simplify_dim, symbol
 from graphcost._minmax import dim_max
 from graphcost._sym import sympy
 from graphcost.graph import Graph, Node, Tensor
-from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, Work, lookup
+from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, Work, lookup, windows
 from graphcost.ops._registry import RuleEntry, tensor_bytes
 from graphcost.ops.movement import views_of
 
@@ -73,6 +73,9 @@ class NodeCost(NamedTuple):
     bytes_as_written: Dim | None = None
     """Bytes (read + written) the graph as written moves where a rule charges the in-place ideal: a KV cache
     appended in place that the graph copies into ``present``. None for every other node (ideal = as written)."""
+    parts: tuple[tuple[str, Dim], ...] = ()
+    """The inputs the node reads only in part, each with the bytes it reads of it (a gather's rows, a slice's
+    window: the rule's ``window``); every other input is read whole."""
 
 
 @dataclass(frozen=True)
@@ -265,13 +268,19 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
         ctx.warnings.append(CostWarning(node.name, f"shape or dtype of {', '.join(missing[:3])} unknown: "
                                                f"bytes of {node.op_type} not counted"))
     entry = rule.entry
+    view = NodeView(node, ins, outs, graph)
+    parts: tuple[tuple[str, Dim], ...] = ()
+    if entry is not None and entry.window is not None and not missing:
+        taken = windows(entry, view)
+        parts = tuple(taken.items())
+        b_read = _read_in_part(graph, node, free, taken, table, ctx)
     if entry is None:
         reason = f"no cost rule for {node.domain}::{node.op_type}"
         ctx.warnings.append(CostWarning(node.name, f"{reason}; FLOPs unknown (register one with graphcost.ops.rule)"))
         return [NodeCost(node.name, node.op_type, node.domain, None, dtype, None, None, b_read, b_written,
                          tuple(refs_in), tuple(refs_out), False, depth, parent, multiplier, "", reason)]
     try:
-        result = entry.fn(NodeView(node, ins, outs, graph))
+        result = entry.fn(view)
     except ShapeUnknown as e:
         result = Unknown(str(e))
     except Exception as e:  # a rule bug must not kill the analysis, but it must be visible
@@ -286,7 +295,30 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
     return [NodeCost(node.name, node.op_type, node.domain, rule.kind, dtype,
                      flops if type(flops) is int else _clean(flops), macs if type(macs) is int else _clean(macs),
                      ideal_read, ideal_written, tuple(refs_in), tuple(refs_out), True, depth, parent, multiplier,
-                     result.note, None, as_written)]
+                     result.note, None, as_written, parts)]
+
+
+def _read_in_part(graph: Graph, node: Node, free: frozenset[int], parts: dict[str, Dim], table: dict[str, _Seen],
+                  ctx: _Context) -> Dim:
+    """The uniform read charge of a node that reads some inputs only in part (the rule's window, ``parts`` by
+    name): each distinct input once, those at their window's bytes, the rest whole. Called only when every
+    input's bytes are known."""
+    read: Dim = 0
+    terms: list[Dim] = []
+    seen: set[str] = set()
+    for slot, name in enumerate(node.inputs):
+        if not name or slot in free or name in seen:
+            continue
+        seen.add(name)
+        b = parts.get(name)
+        if b is None:
+            hit = table.get(name)
+            b = (hit if hit is not None else ctx.look(graph, name, table)).bytes
+        if type(b) is int:
+            read += b
+        else:
+            terms.append(b)  # type: ignore[arg-type]
+    return _added(read, terms) if terms else read
 
 
 def _ideal_bytes(result: Work, b_read: Dim | None, b_written: Dim | None

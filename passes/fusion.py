@@ -108,6 +108,9 @@ class FusionGroup:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     opaque: bool = False  # a control-flow or non-fusable node alone
+    parts: tuple[tuple[str, Dim], ...] = ()
+    """The inputs the group reads only in part (a Gather's rows, a Slice's window), with the bytes it reads of
+    each (``passes/_storage.py``); every other input is read whole."""
 
 
 @dataclass(frozen=True)

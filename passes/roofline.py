@@ -116,6 +116,7 @@ class _OnChip:
         total: Number = 0
         shares = self.shares
         seen: set[str] = set()
+        parts = dict(cost.parts) if cost.parts else None
         for ref in (*cost.inputs, *cost.outputs):
             name = ref.name
             if name in seen:
@@ -123,6 +124,8 @@ class _OnChip:
             seen.add(name)
             share = shares[name] if name in shares else self._share(name)
             if share is not None:
+                if parts is not None and name in parts:  # read in part: only that part comes from chip
+                    share = min(share, count_value(parts[name], self.binding) or 0)
                 total += share
         return total
 

@@ -16,6 +16,7 @@ from graphcost.ops._registry import (
     registered,
     rule,
     unregister,
+    windows,
 )
 
 # Family modules register their rules on import (explicit list, so the table is greppable).
@@ -34,4 +35,5 @@ __all__ = [
     "registered",
     "rule",
     "unregister",
+    "windows",
 ]

@@ -133,6 +133,9 @@ class Unknown:
 
 RuleResult = Union[Work, Unknown]
 RuleFn = Callable[["NodeView"], RuleResult]
+WindowFn = Callable[["NodeView"], dict[int, Dim]]
+"""The bytes an op reads of each input slot it reads only in part, by slot (a gather's rows, a slice's window);
+raises ShapeUnknown when a count it needs is unknown."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,10 @@ class RuleEntry:
     fn: RuleFn
     free_inputs: frozenset[int] = field(default_factory=frozenset)
     """Input slots whose data the op never reads (Shape reads only metadata): they cost no bytes."""
+    window: WindowFn | None = None
+    """For an op that reads some inputs only in part: the bytes it reads of each (:data:`WindowFn`). The node's
+    uniform charge and the bytes crossing a node set (``passes/_storage.py``) both take these, never the whole
+    tensor; every other input is read whole."""
 
 
 _RULES: dict[tuple[str, str], RuleEntry] = {}
@@ -158,9 +165,11 @@ def rule(
     domain: str = DEFAULT_DOMAIN,
     kind: Kind,
     free_inputs: Iterable[int] = (),
+    window: WindowFn | None = None,
     replace: bool = False,
 ) -> Callable[[RuleFn], RuleFn]:
-    """Register ``fn`` as the cost rule of one op type (or several sharing the rule)."""
+    """Register ``fn`` as the cost rule of one op type (or several sharing the rule); ``window`` as in
+    :class:`RuleEntry`."""
     names = [op_type] if isinstance(op_type, str) else list(op_type)
 
     def deco(fn: RuleFn) -> RuleFn:
@@ -168,7 +177,7 @@ def rule(
             key = (_norm_domain(domain), name)
             if key in _RULES and not replace:
                 raise ValueError(f"a rule for {key[0]}::{name} is already registered (pass replace=True)")
-            _RULES[key] = RuleEntry(name, key[0], kind, fn, frozenset(free_inputs))
+            _RULES[key] = RuleEntry(name, key[0], kind, fn, frozenset(free_inputs), window)
         return fn
 
     return deco
@@ -179,10 +188,31 @@ def _zero(_: NodeView) -> Work:
 
 
 def register_free(
-    op_types: Iterable[str], *, domain: str = DEFAULT_DOMAIN, kind: Kind, free_inputs: Iterable[int] = ()
+    op_types: Iterable[str], *, domain: str = DEFAULT_DOMAIN, kind: Kind, free_inputs: Iterable[int] = (),
+    window: WindowFn | None = None,
 ) -> None:
     """Register ops that compute nothing, on purpose (zero FLOPs, bytes as their kind says)."""
-    rule(list(op_types), domain=domain, kind=kind, free_inputs=free_inputs)(_zero)
+    rule(list(op_types), domain=domain, kind=kind, free_inputs=free_inputs, window=window)(_zero)
+
+
+def windows(entry: RuleEntry | None, view: NodeView) -> dict[str, Dim]:
+    """The bytes the node of ``view`` reads of each input it reads only in part, by tensor name (``entry``'s
+    :attr:`~RuleEntry.window`); empty when the op reads every input whole, or a count the window needs is
+    unknown (then the whole tensor is charged). A tensor the node also reads through another slot is read whole
+    there, so it is not listed."""
+    if entry is None or entry.window is None:
+        return {}
+    try:
+        parts = entry.window(view)
+    except ShapeUnknown:
+        return {}
+    names = view.node.inputs
+    out: dict[str, Dim] = {}
+    for slot, b in parts.items():
+        name = names[slot] if slot < len(names) else ""
+        if name and all(t != name for i, t in enumerate(names) if i != slot and i not in entry.free_inputs):
+            out[name] = b
+    return out
 
 
 def lookup(domain: str, op_type: str) -> RuleEntry | None:

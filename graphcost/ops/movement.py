@@ -6,14 +6,17 @@ Three kinds, and the difference matters for bytes (the costs pass charges them b
 * metadata (Kind.FREE) reads no tensor data: Shape and Size look only at the shape (``free_inputs``).
 * copies (Kind.MOVEMENT) read and write data but compute nothing: zero FLOPs, their bytes charged.
 
-Gathers read rows, not tables. The compulsory traffic of Gather, GatherElements and GatherND is the
-indices, the data elements actually gathered (the output's bytes, capped by the whole table when indices
-repeat) and the output::
+Gathers read rows, not tables, and a Slice reads its window, not its input. The compulsory traffic of
+Gather, GatherElements, GatherND, Slice and Compress is the data elements actually taken (the output's bytes,
+capped by the whole table when gather indices repeat), every other input (indices, starts/ends, the
+condition) and the output::
 
-    read    = bytes(indices) + min(bytes(output), bytes(data))
+    read    = bytes(other inputs) + min(bytes(output), bytes(data))
     written = bytes(output)
 
-so a batch-1 embedding lookup in GPT-2 reads one 768-float row, not the 154 MB table. Random rows may
+so a batch-1 embedding lookup in GPT-2 reads one 768-float row, not the 154 MB table, and the Slice taking one
+token of MViT's 25,089-token sequence reads that token (:func:`taken`, registered as the ops' ``window``: the
+same bytes count in a fused group's crossing). Random rows may
 cost whole cache lines on a real device; the bound is the ideal and does not charge that.
 
 A Concat that appends to a KV cache (one input is a ``past``/``cache`` graph input and the output, maybe
@@ -57,8 +60,8 @@ register_free(("Shape", "Size", "OptionalHasElement"), kind=Kind.FREE, free_inpu
 register_free(("Constant",), kind=Kind.FREE)
 
 # Copies: every output element is some input element (or a fill value); no arithmetic.
-register_free(("Transpose", "Split", "Slice", "Pad", "Tile",
-               "Expand", "DepthToSpace", "SpaceToDepth", "Compress", "OneHot", "ConstantOfShape", "Trilu",
+register_free(("Transpose", "Split", "Pad", "Tile",
+               "Expand", "DepthToSpace", "SpaceToDepth", "OneHot", "ConstantOfShape", "Trilu",
                "ReverseSequence", "CenterCropPad", "Scatter", "TensorScatter"), kind=Kind.MOVEMENT)
 # EyeLike writes an identity matrix of its input's shape: it reads only the input's metadata.
 register_free(("EyeLike",), kind=Kind.MOVEMENT, free_inputs=(0,))
@@ -100,18 +103,17 @@ def _monomial(value: Dim) -> tuple[Any, frozenset[Any]] | None:
     return coeff, frozenset(factors)
 
 
-@rule(("Gather", "GatherElements", "GatherND"), kind=Kind.MOVEMENT)
-def gather(n: NodeView) -> Work:
-    """A copy: indices + the gathered elements (capped by the table) read, the output written.
+def taken(n: NodeView) -> dict[int, Dim]:
+    """The window of an op whose output elements are elements of its input 0 (a gather, a slice, a compress):
+    it reads those elements once each, ``min(bytes(output), bytes(data))`` of input 0 (a gather with repeated
+    indices takes no more than the whole table), and every other input whole."""
+    return {0: capped(n.out_bytes(0), n.in_bytes(0))}
 
-    When a byte count is unknown the traffic is left to the uniform charge (which then reports it unknown).
-    """
-    try:
-        out = n.out_bytes(0)
-        read = n.in_bytes(1) + capped(out, n.in_bytes(0))  # indices, then the rows they pick
-    except ShapeUnknown:
-        return Work(flops=0)
-    return Work(flops=0, bytes_read=read, bytes_written=out)
+
+# Gathers read rows, not tables: the indices, the data elements gathered, and the output written.
+register_free(("Gather", "GatherElements", "GatherND"), kind=Kind.MOVEMENT, window=taken)
+# A Slice reads its window and a Compress the elements it keeps (the condition is read whole), not the whole input.
+register_free(("Slice", "Compress"), kind=Kind.MOVEMENT, window=taken)
 
 
 _PAST = re.compile(r"past|cache", re.IGNORECASE)

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphcost._dims import Dim, numel, prod, to_text
-from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, ShapeUnknown, Unknown, Work, rule
+from graphcost.ops._registry import FLOPS_PER_MAC, Kind, NodeView, Unknown, Work, rule
 from graphcost.ops._window import invalid_group, invalid_window
 from graphcost.ops.linalg import matmul_macs
 from graphcost.ops.microsoft import (
@@ -274,27 +274,27 @@ def matmul_bnb4(n: NodeView) -> Work:
     return Work(flops=FLOPS_PER_MAC * macs + n_cols * k, macs=macs)  # + absmax scaling of each weight
 
 
-@rule("GatherBlockQuantized", domain=MS, kind=Kind.MOVEMENT)
+def _picked_rows(n: NodeView) -> dict[int, Dim]:
+    """GatherBlockQuantized's window: of data, scales and zero points (which share data's ``gather_axis``) the
+    rows its indices pick, one per index, each capped by the whole tensor."""
+    axis = int(n.attr("gather_axis", 0))
+    picked = n.in_numel(1)  # one row per index
+    out: dict[int, Dim] = {}
+    for i in (0, 2, 3):  # data, scales, zero points
+        if n.has_input(i):
+            shape = n.in_shape(i)
+            out[i] = capped(picked * exact_div(n.in_bytes(i), shape[axis % len(shape)]), n.in_bytes(i))
+    return out
+
+
+@rule("GatherBlockQuantized", domain=MS, kind=Kind.MOVEMENT, window=_picked_rows)
 def gather_block_quantized(n: NodeView) -> Work:
     """A gather (free) of block-quantized rows, each gathered element dequantized.
 
-    Inputs: data (packed), indices, scales, zero_points. It reads rows, not tables: the indices, then of
-    data, scales and zero points (which share data's ``gather_axis``) the rows picked, each capped by the
-    whole tensor; it writes the dequantized output.
+    Inputs: data (packed), indices, scales, zero_points. It reads rows, not tables (:func:`_picked_rows`, the
+    op's window): the indices whole, of the others the rows picked; it writes the dequantized output.
     """
-    flops = DEQUANTIZE_FLOPS_PER_ELEMENT * n.out_numel(0)
-    axis = int(n.attr("gather_axis", 0))
-    try:
-        picked = n.in_numel(1)  # one row per index
-        read = n.in_bytes(1)  # the indices
-        for i in (0, 2, 3):  # data, scales, zero points: the picked rows of each
-            if n.has_input(i):
-                shape = n.in_shape(i)
-                read = read + capped(picked * exact_div(n.in_bytes(i), shape[axis % len(shape)]), n.in_bytes(i))
-        written = n.out_bytes(0)
-    except ShapeUnknown:
-        return Work(flops=flops)
-    return Work(flops=flops, bytes_read=read, bytes_written=written)
+    return Work(flops=DEQUANTIZE_FLOPS_PER_ELEMENT * n.out_numel(0))
 
 
 # ----------------------------------------------------------------- (de)quantization
