@@ -265,13 +265,11 @@ def _choose_types(
     inferred = _onnx_infer(stripped, warnings)
     typed = _collect_types(inferred.graph)
     dep = _datadep.analyze(stripped, nested=not _FLAT.get(), holders=_GRAPH_OPS.get(), candidates=_SLOTS.get())
+    guarded_at = len(warnings)  # where the run-time-values warning goes, once the engines have had their say
     if dep.guarded:
         stripped = _seed_guarded(stripped, _guarded_seeds(stripped, typed, dep))
         inferred = _onnx_infer(stripped, [])
         typed = _collect_types(inferred.graph)
-        warnings.append(ShapeWarning(None, f"{len(dep.guarded)} output(s) have shapes that depend on run-time values "
-                                           f"(e.g. {next(iter(dep.guarded))!r} of {next(iter(dep.guarded.values()))}); "
-                                           "their dims are named unknowns"))
 
     # onnx, graphcost's contrib rules and the symbolic engine take turns: each contrib output typed in one
     # turn is seeded as value_info, so the engines carry it downstream in the next.
@@ -333,6 +331,11 @@ def _choose_types(
             typed = _fill_unresolved(typed, c_types, set(bound))
 
     typed = _final_names(_merge(typed, declared), names, base.graph)
+    if dep.guarded and (still := _still_guarded(dep.guarded, typed, _input_dim_names(base.graph))):
+        name, op = still[0]
+        text = (f"{len(still)} output(s) have shapes that depend on run-time values (e.g. {name!r} of {op}); "
+                "their dims are named unknowns")
+        warnings.insert(guarded_at, ShapeWarning(None, text))
     if notes and _unresolved(inferred.graph, typed, names):
         warnings.extend(notes)  # only worth saying when something stayed unresolved
     _check_declared_outputs(base.graph, typed, warnings)
@@ -1050,6 +1053,14 @@ def _input_dim_names(graph: onnx.GraphProto) -> frozenset[str]:
             if d.HasField("dim_param") and d.dim_param:
                 names |= text_names(d.dim_param)
     return frozenset(names)
+
+
+def _still_guarded(guarded: Mapping[str, str], types: TypeTable, known: frozenset[str]) -> list[tuple[str, str]]:
+    """The (value, op) pairs of ``guarded`` (outputs whose shape depends on run-time values) whose final type
+    still has no shape or a dim the input dims do not express. A static export's guarded Slice inside a Loop
+    body, which the specialize pass then resolves from the unrolled trips (MViT's class token), is not one."""
+    return [(name, op) for name, op in guarded.items()
+            if (t := types.get(name)) is None or _type_score(t, known) > 0]
 
 
 def _unresolved(graph: onnx.GraphProto, types: TypeTable, names: list[str] | None = None) -> bool:

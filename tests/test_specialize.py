@@ -665,6 +665,23 @@ def test_loop_iterations_get_their_own_names() -> None:
     assert "piece" not in types  # the body's own name is no value of the unrolled model
 
 
+def test_a_static_tensor_split_says_nothing_of_run_time_values_and_its_slice_reads_one_token() -> None:
+    # the body's Slice reads x at Gather(bounds, i): a run-time value to the data-dependence walk, which names the
+    # piece's dims unknowns; once the unrolled trip resolves them, no warning of named unknowns may stay
+    report = graphcost.analyze(onnx.parser.parse_model(SPLIT_LOOP.replace("TRIPS", "1")))
+    assert not any("run-time values" in w.message for w in report.warnings)
+    piece = next(n for n in report.nodes if n.op_type == "Slice" and n.depth == 1)
+    assert piece.bytes_read == 1 * 1 * 96 * 4 + 2 * 8 + 8  # one token of x, not x; start, stop, axes
+    assert piece.bytes_written == 1 * 1 * 96 * 4
+
+
+def test_a_tensor_split_whose_trips_are_an_input_still_says_its_dims_are_named_unknowns() -> None:
+    text = SPLIT_LOOP.replace("(float[1,197,96] x,", "(int64 trips, float[1,197,96] x,").replace(
+        "  trips = Constant<value = int64 {TRIPS}>()\n", "")
+    report = graphcost.analyze(onnx.parser.parse_model(text))
+    assert any("run-time values" in w.message for w in report.warnings)
+
+
 @pytest.mark.parametrize("change", ["trips_unknown", "too_many", "cond_from_body"])
 def test_loop_not_unrolled_when_its_iterations_are_not_known(change: str) -> None:
     from graphcost.passes.specialize import UNROLL_TRIPS
