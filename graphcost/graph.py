@@ -94,6 +94,9 @@ class Tensor:
     shape: Shape | None
     dtype: str
     kind: TensorKind
+    nbytes: Dim | None = None
+    """Bytes of a value with no tensor shape whose size is known anyway (a sequence: its elements, sized by
+    ``passes/_sequences.py``); None for every tensor, whose bytes its shape says."""
 
     @property
     def rank(self) -> int | None:
@@ -503,6 +506,14 @@ class Graph:
     # ----------------------------------------------------------------- queries
     def __len__(self) -> int:
         return len(self._order)
+
+    def size_values(self, sizes: Mapping[str, Dim]) -> None:
+        """Give the values of ``sizes`` that have no tensor shape (sequences) their bytes (:attr:`Tensor.nbytes`).
+        For the shapes pass, while it builds this graph, before any pass reads it."""
+        for name, b in sizes.items():
+            t = self._tensors.get(name)
+            if t is not None and t.shape is None:
+                self._tensors[name] = Tensor(t.name, None, t.dtype, t.kind, b)
 
     def nodes(self) -> Iterator[Node]:
         """Nodes in graph (file) order, which ONNX requires to be topological."""

@@ -60,6 +60,11 @@ ROLE_OVERRIDES: Mapping[str, tuple[Role, str]] = {
     "ImageDecoder": (Role.OPAQUE, "decoder"),
     "EmbedLayerNormalization": (Role.OPAQUE, "embedding gather + normalization"),
     "Expand": (Role.ELEMENTWISE, ""),  # a broadcast: fuses like one
+    # sequences hold their elements by reference (graphcost/ops/misc.py): no kernel, no bytes of their own
+    "SequenceConstruct": (Role.FREE, ""),
+    "SequenceInsert": (Role.FREE, ""),
+    "SequenceAt": (Role.FREE, ""),
+    "SequenceErase": (Role.FREE, ""),
 }
 
 LAYOUT_OPS = frozenset({"Transpose", "DepthToSpace", "SpaceToDepth", "ReorderInput", "ReorderOutput"})

@@ -263,10 +263,9 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
 
     b_read: Dim | None = read
     b_written: Dim | None = written
+    unsized = len(ctx.warnings)  # where the unknown-bytes warning goes, unless the rule states the bytes itself
     if missing:
         b_read = b_written = None
-        ctx.warnings.append(CostWarning(node.name, f"shape or dtype of {', '.join(missing[:3])} unknown: "
-                                               f"bytes of {node.op_type} not counted"))
     entry = rule.entry
     view = NodeView(node, ins, outs, graph)
     parts: tuple[tuple[str, Dim], ...] = ()
@@ -276,6 +275,7 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
         b_read = _read_in_part(graph, node, free, taken, table, ctx)
     if entry is None:
         reason = f"no cost rule for {node.domain}::{node.op_type}"
+        _unsized(ctx, unsized, node, missing)
         ctx.warnings.append(CostWarning(node.name, f"{reason}; FLOPs unknown (register one with graphcost.ops.rule)"))
         return [NodeCost(node.name, node.op_type, node.domain, None, dtype, None, None, b_read, b_written,
                          tuple(refs_in), tuple(refs_out), False, depth, parent, multiplier, "", reason)]
@@ -285,6 +285,8 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
         result = Unknown(str(e))
     except Exception as e:  # a rule bug must not kill the analysis, but it must be visible
         result = Unknown(f"cost rule for {node.op_type} failed: {type(e).__name__}: {e}")
+    if missing and (isinstance(result, Unknown) or result.bytes_read is None or result.bytes_written is None):
+        _unsized(ctx, unsized, node, missing)  # a rule that states its own bytes needs none of these
     if isinstance(result, Unknown):
         ctx.warnings.append(CostWarning(node.name, f"{node.op_type}: {result.reason}; FLOPs unknown"))
         return [NodeCost(node.name, node.op_type, node.domain, rule.kind, dtype, None, None,
@@ -296,6 +298,13 @@ def _cost_node(graph: Graph, node: Node, *, depth: int, parent: str | None, mult
                      flops if type(flops) is int else _clean(flops), macs if type(macs) is int else _clean(macs),
                      ideal_read, ideal_written, tuple(refs_in), tuple(refs_out), True, depth, parent, multiplier,
                      result.note, None, as_written, parts)]
+
+
+def _unsized(ctx: _Context, at: int, node: Node, missing: list[str]) -> None:
+    """Say, at position ``at`` of the warnings, that ``missing`` left the node's bytes uncounted."""
+    if missing:
+        ctx.warnings.insert(at, CostWarning(node.name, f"shape or dtype of {', '.join(missing[:3])} unknown: "
+                                                       f"bytes of {node.op_type} not counted"))
 
 
 def _read_in_part(graph: Graph, node: Node, free: frozenset[int], parts: dict[str, Dim], table: dict[str, _Seen],

@@ -50,7 +50,7 @@ from graphcost.graph import (
     unknown_dim_name,
 )
 from graphcost.load import Model, opset_lookup
-from graphcost.passes import _contrib_shapes, _datadep, _engines, _symsweep
+from graphcost.passes import _contrib_shapes, _datadep, _engines, _sequences, _symsweep
 from graphcost.passes import specialize as _specialize
 
 InputShape = Sequence[int | str]
@@ -228,6 +228,9 @@ def _result(model: Model, chosen: _Chosen) -> ShapeResult:
     if symbolic is not None and symbolic.packed() != types.packed():
         symbolic_graph = Graph(base.graph, opset_lookup(base), base_dir=model.base_dir, types=symbolic.packed(),
                                fields=fields)
+    for g in (graph, symbolic_graph):
+        if g is not None and _sequences.has_sequences(g):
+            _size_sequences(g)
     input_dims: set[str] = set()
     for name in graph.input_names:
         t = graph.tensor(name)
@@ -236,6 +239,14 @@ def _result(model: Model, chosen: _Chosen) -> ShapeResult:
                 input_dims |= free_names(d)
     return ShapeResult(graph, types, chosen.warnings, tuple(sorted(input_dims)), chosen.engines, base,
                        symbolic_graph)
+
+
+def _size_sequences(graph: Graph) -> None:
+    """Size the sequence values of ``graph`` and of its subgraphs (``passes/_sequences.py``)."""
+    graph.size_values(_sequences.sequence_bytes(graph))
+    for node in graph.nodes():
+        for _, child in graph.children(node.name):
+            _size_sequences(child)
 
 
 @dataclass(frozen=True)

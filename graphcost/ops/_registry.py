@@ -58,9 +58,12 @@ class ShapeUnknown(Exception):
 
 
 def tensor_bytes(t: Tensor | None) -> Dim | None:
-    """Bytes of a tensor: elements × bits / 8; None when shape or element size is unknown."""
-    if t is None or t.shape is None:
+    """Bytes of a tensor: elements × bits / 8; None when shape or element size is unknown. A value with no
+    tensor shape has the bytes it was sized at, if any (a sequence: :attr:`Tensor.nbytes`)."""
+    if t is None:
         return None
+    if t.shape is None:
+        return t.nbytes
     bits = dtype_bits(t.dtype)
     if bits is None:
         return None

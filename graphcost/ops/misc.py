@@ -176,8 +176,20 @@ def multinomial(n: NodeView) -> Work:
 
 # --- sequences, strings, decoding, gradients --------------------------------------------------------
 
-register_free(("SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase", "SplitToSequence",
-               "ConcatFromSequence"), kind=Kind.MOVEMENT)
+# A sequence holds its elements by reference: building one, adding to it, taking an element out or erasing one
+# moves no tensor data in the ideal. onnxruntime copies each element in and out; that uniform charge (the
+# sequence's bytes from passes/_sequences.py) is kept beside it as the node's bytes as written.
+SEQUENCE_REFERENCES = ("SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase")
+
+
+@rule(SEQUENCE_REFERENCES, kind=Kind.MOVEMENT)
+def sequence_reference(n: NodeView) -> Work:
+    """0 bytes in the ideal (references to the elements); the copies the graph as written makes beside it."""
+    return Work(flops=0, bytes_read=0, bytes_written=0, as_written=True)
+
+
+# Splitting into a sequence and concatenating one copy the data: charged their inputs and outputs.
+register_free(("SplitToSequence", "ConcatFromSequence"), kind=Kind.MOVEMENT)
 register_free(("SequenceEmpty",), kind=Kind.FREE)
 register_free(("SequenceLength",), kind=Kind.FREE, free_inputs=(0,))
 # String ops: no floating-point arithmetic; their work scales with string lengths, which are data.
