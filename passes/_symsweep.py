@@ -41,6 +41,8 @@ from graphcost.passes._symvalues import (
     constant_value,
     given,
     ints,
+    nonnegative,
+    round_ups,
     shape_value,
     slice_args,
 )
@@ -516,7 +518,7 @@ def _tidy(d: Elem) -> Elem:
         return int(d) if d.denominator == 1 else d
     if not bounded(d):
         return None
-    d = sympy.expand(d)
+    d = round_ups(sympy.expand(d))
     return int(d) if d.is_Integer else d
 
 
@@ -597,20 +599,23 @@ _BIG = 2**31 - 1
 def _slice_len(d: Elem, start: Elem, end: Elem, step: int) -> Elem:
     """Entries a Slice keeps of a dim ``d``, clamped as ONNX says (a negative entry counts from the end, then
     each is held to ``[0, d]``); with a symbolic entry the clamp is written as ``Min``/``Max`` and sympy drops
-    the ones it can prove idle (``Min(d, floor(d/2))`` is ``floor(d/2)``). A step other than 1 over an
-    expression is left open."""
+    the ones it can prove idle (``Min(d, floor(d/2))`` is ``floor(d/2)``). A positive step k keeps
+    ``ceiling((end - start)/k)`` of them (Swin's PatchMerging takes ``x[:, 0::2]`` of a dim padded to even:
+    ``ceiling(2*ceiling(h/2)/2)`` is ``ceiling(h/2)``); a negative step over an expression is left open."""
     if d is None or start is None or end is None:
         return None
     if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
         return len(range(*slice(start, end, step).indices(d)))
-    if step != 1:
+    if step < 0:
         return None
     lo, hi = _clamp(d, start), _clamp(d, end)
     if lo is None or hi is None:
         return None
+    span = hi - lo
+    kept = span if step == 1 else sympy.ceiling(span / step)
     if lo == 0 or _tidy(hi - d) == 0:  # each clamp is in [0, d]: from 0, or to d, the length is never negative
-        return _tidy(hi - lo)
-    return _tidy(sympy.Max(0, hi - lo))
+        return _tidy(kept)
+    return _tidy(sympy.Max(0, kept))
 
 
 def _clamp(d: Any, e: Any) -> Elem:
@@ -619,7 +624,9 @@ def _clamp(d: Any, e: Any) -> Elem:
         return d
     if isinstance(e, int) and e < 0:
         return _tidy(sympy.Max(0, d + e))
-    if not isinstance(e, int) and not e.is_nonnegative:
+    if e == 0:
+        return 0  # the start of any dim (sympy cannot tell Min(d, 0) is 0 for d = 2*ceiling(h/2))
+    if not isinstance(e, int) and not nonnegative(e):
         return None  # a symbolic entry that may count from the end: which it does is a run-time matter
     return _tidy(sympy.Min(d, e))
 

@@ -140,6 +140,36 @@ def bounded(e: Any) -> bool:
     return all(not p.exp.is_Number or abs(p.exp) <= POWER_MOST for p in e.atoms(sympy.Pow))
 
 
+def round_ups(e: Any) -> Any:
+    """``e`` with each ``x + Mod(c·x, k)`` written ``k·ceiling(x/k)``: x rounded up to a multiple of k, where
+    ``c ≡ -1 (mod k)`` (sympy writes ``Mod(-x, 7)`` as ``Mod(6*x, 7)``, and ``Mod(-x, 2)`` as ``Mod(x, 2)``) and
+    x is integer. Swin pads each spatial dim to a multiple of its window (``pad = (7 - W % 7) % 7``) and
+    PatchMerging to an even size (``W % 2``); the halving Slice and the window Reshape that follow divide
+    exactly only in this form (a stage-3 dim of dynamic-size Swin-T otherwise nests past what the engines
+    decide, and 212 dims were minted)."""
+    if not isinstance(e, sympy.Add) or not e.has(sympy.Mod):
+        return e
+    terms = list(e.args)
+    changed = False
+    for t in e.args:
+        coeff, rest = t.as_coeff_Mul()
+        if not isinstance(rest, sympy.Mod) or t not in terms:
+            continue
+        arg, k = rest.args
+        if not (k.is_Integer and k > 0):
+            continue
+        c, x = arg.as_coeff_Mul()
+        if not (c.is_Integer and (int(c) + 1) % int(k) == 0 and x.is_integer):
+            continue
+        partner = coeff * x  # the x the Mod rounds up, with the same coefficient
+        if partner in terms:
+            terms.remove(partner)
+            terms.remove(t)
+            terms.append(coeff * k * sympy.ceiling(x / k))
+            changed = True
+    return sympy.Add(*terms) if changed else e
+
+
 def _simplify(e: Any) -> Elem:
     if e is None:
         return None
@@ -151,7 +181,7 @@ def _simplify(e: Any) -> Elem:
         return int(e) if e.denominator == 1 else e
     if not bounded(e):
         return None
-    e = sympy.expand(e)
+    e = round_ups(sympy.expand(e))
     if e.is_Integer:
         return int(e)
     if e.is_Rational:
@@ -228,7 +258,7 @@ def _compare(op: str) -> Callable[[Any, Any, bool], Elem]:
         if op == "Equal" and diff.is_number and diff != 0:
             return 0
         # a dim is non-negative: "d == -1" (HF's reshape fix-up) is known false, "d >= 0" true
-        if isinstance(y, int) and y < 0 and not _number(x) and _nonnegative(x):
+        if isinstance(y, int) and y < 0 and not _number(x) and nonnegative(x):
             return int(op in ("Greater", "GreaterOrEqual"))
         return None
     return fn
@@ -260,7 +290,7 @@ def _unary(fn: Callable[[Any, bool], Elem]) -> ValueRule:
 
 
 value_rule("Neg")(_unary(lambda e, f: -e))
-value_rule("Abs")(_unary(lambda e, f: abs(e) if _number(e) else (e if _nonnegative(e) else None)))
+value_rule("Abs")(_unary(lambda e, f: abs(e) if _number(e) else (e if nonnegative(e) else None)))
 value_rule("Floor")(_unary(lambda e, f: math.floor(e) if _number(e) else sympy.floor(e)))
 value_rule("Ceil")(_unary(lambda e, f: math.ceil(e) if _number(e) else sympy.ceiling(e)))
 value_rule("Not")(_unary(lambda e, f: int(not e) if isinstance(e, int) else None))
@@ -291,7 +321,7 @@ def _truncated(e: Elem) -> Elem:
         return None if e is None else int(e)
     if e.is_integer:
         return e
-    return _simplify(sympy.floor(e)) if _nonnegative(e) else None
+    return _simplify(sympy.floor(e)) if nonnegative(e) else None
 
 
 def _without_clamps(terms: list[Any]) -> list[Any]:
@@ -305,18 +335,18 @@ def _without_clamps(terms: list[Any]) -> list[Any]:
     return terms
 
 
-def _nonnegative(e: Any) -> bool:
+def nonnegative(e: Any) -> bool:
     """Whether an expression in dims (non-negative integers) is surely ≥ 0: sympy's answer, or a sum or product
     of such parts, or a ``ceiling``, ``floor``, ``Max`` or ``Min`` of them (sympy knows no sign of a ``ceiling``:
     ``ceiling(h/2).is_nonnegative`` is None)."""
     if e.is_nonnegative:
         return True
     if e.is_Add:
-        return all(_nonnegative(a) for a in _without_clamps(list(e.args)))
+        return all(nonnegative(a) for a in _without_clamps(list(e.args)))
     if e.is_Mul or e.func in (sympy.ceiling, sympy.floor, sympy.Min):
-        return all(_nonnegative(a) for a in e.args)
+        return all(nonnegative(a) for a in e.args)
     if e.func is sympy.Max:
-        return any(_nonnegative(a) for a in e.args)
+        return any(nonnegative(a) for a in e.args)
     return False
 
 

@@ -496,7 +496,70 @@ def test_a_float_shape_value_rounded_up_and_cast_back_resolves() -> None:
 def test_a_ceiling_is_known_non_negative() -> None:
     h_ = symbol("h")
     assert sympy.ceiling(h_ / 2).is_nonnegative is None  # what sympy says
-    assert _symvalues._nonnegative(sympy.ceiling(h_ / 2)) and _symvalues._nonnegative(3 * sympy.ceiling(h_ / 2) + 1)
-    assert not _symvalues._nonnegative(sympy.ceiling(h_ / 2) - 1)
+    assert _symvalues.nonnegative(sympy.ceiling(h_ / 2)) and _symvalues.nonnegative(3 * sympy.ceiling(h_ / 2) + 1)
+    assert not _symvalues.nonnegative(sympy.ceiling(h_ / 2) - 1)
     assert _symvalues._truncated(3 * sympy.ceiling(h_ / 2) / 2) == sympy.floor(3 * sympy.ceiling(h_ / 2) / 2)
     assert _symvalues._truncated(2 * sympy.ceiling(h_ / 2)) == 2 * sympy.ceiling(h_ / 2)
+
+
+def test_a_dim_rounded_up_by_a_mod_is_written_as_a_ceiling() -> None:
+    """``x + Mod(-x, k)`` (sympy: ``Mod((k-1)*x, k)``; for k = 2 ``Mod(x, 2)``) is x rounded up to a multiple of k."""
+    x = symbol("h")
+    assert _symvalues.round_ups(x + sympy.Mod(x, 2)) == 2 * sympy.ceiling(x / 2)
+    padded = sympy.Mod(7 - sympy.Mod(x, 7), 7)  # Swin: (7 - W % 7) % 7
+    assert _symvalues.round_ups(sympy.expand(x + padded)) == 7 * sympy.ceiling(x / 7)
+    assert _symvalues.round_ups(3 * x + 3 * sympy.Mod(x, 2)) == 6 * sympy.ceiling(x / 2)
+    assert _symvalues.round_ups(x + sympy.Mod(x, 7)) == x + sympy.Mod(x, 7)  # not a round-up: left as it is
+    assert _symvalues.round_ups(x / 2 + sympy.Mod(x / 2, 2)) == x / 2 + sympy.Mod(x / 2, 2)  # x/2 is no integer
+
+
+# Swin's PatchMerging pads H to even (F.pad by H % 2) and keeps rows 0::2 and 1::2; the next stage pads to a
+# multiple of its 7-wide window ((7 - d % 7) % 7) and reshapes into windows
+MERGE = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1, h, 8] x) => (float[?, ?, ?, ?] y) {
+  s = Shape(x)
+  i1 = Constant<value = int64[1] {1}>()
+  hh = Gather(s, i1)
+  two = Constant<value = int64[1] {2}>()
+  odd = Mod(hh, two)
+  z = Constant<value = int64[1] {0}>()
+  pads = Concat<axis = 0>(z, z, z, z, odd, z)
+  p = Pad(x, pads)
+  big = Constant<value = int64[1] {9223372036854775807}>()
+  one = Constant<value = int64[1] {1}>()
+  even = Slice(p, z, big, i1, two)
+  rest = Slice(p, one, big, i1, two)
+  m = Concat<axis = -1>(even, rest)
+  s2 = Shape(m)
+  d = Gather(s2, i1)
+  seven = Constant<value = int64[1] {7}>()
+  dm = Mod(d, seven)
+  ds = Sub(seven, dm)
+  pd = Mod(ds, seven)
+  wpads = Concat<axis = 0>(z, z, z, z, pd, z)
+  w = Pad(m, wpads)
+  s3 = Shape(w)
+  d3 = Gather(s3, i1)
+  nw = Div(d3, seven)
+  c16 = Constant<value = int64[1] {16}>()
+  target = Concat<axis = 0>(one, nw, seven, c16)
+  y = Reshape(w, target)
+}
+"""
+
+
+def test_patch_merging_then_window_padding_stay_exact_ceilings() -> None:
+    from graphcost._dims import evaluate
+
+    result = _infer(MERGE)
+    assert "onnx-shape-inference" not in result.engines
+    assert _dims(result, "p")[1] == "2*ceiling(h/2)"
+    assert _dims(result, "even")[1] == "ceiling(h/2)"  # rows 0::2 of it
+    for n in range(0, 40):  # rows 1::2: the start clamped to the dim, exact at h = 0 too
+        assert evaluate(parse_dim(str(_dims(result, "rest")[1])), {"h": n}) == -(-n // 2)
+    assert _dims(result, "w")[1] == "7*ceiling(ceiling(h/2)/7)"
+    one, windows, seven, c = _dims(result, "y")
+    assert (one, seven, c) == (1, 7, 16)
+    for n in range(1, 40):
+        assert evaluate(parse_dim(str(windows)), {"h": n}) == -(-(-(-n // 2)) // 7)  # ⌈⌈n/2⌉/7⌉ windows
