@@ -36,6 +36,7 @@ from graphcost.passes._symvalues import (
     Elem,
     Shape,
     Value,
+    at_least,
     axis_of,
     bounded,
     constant_value,
@@ -628,6 +629,8 @@ def _clamp(d: Any, e: Any) -> Elem:
         return 0  # the start of any dim (sympy cannot tell Min(d, 0) is 0 for d = 2*ceiling(h/2))
     if not isinstance(e, int) and not nonnegative(e):
         return None  # a symbolic entry that may count from the end: which it does is a run-time matter
+    if not isinstance(d, int) and at_least(d, e):
+        return e  # Swin's crop of a window-padded dim back to the dim
     return _tidy(sympy.Min(d, e))
 
 

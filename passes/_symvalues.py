@@ -170,6 +170,20 @@ def round_ups(e: Any) -> Any:
     return sympy.Add(*terms) if changed else e
 
 
+def at_least(a: Any, b: Any) -> bool:
+    """Whether ``a >= b`` surely, for expressions in dims (non-negative integers): equal, their difference
+    :func:`nonnegative`, or ``a`` is ``b`` rounded up to a multiple (``k*ceiling(b/k)``, :func:`round_ups`: the
+    padded Swin dim against the dim it crops back to, ``x[:, :H]``, which sympy's ``Min`` leaves undecided)."""
+    if a == b:
+        return True
+    if isinstance(a, sympy.Mul) and len(a.args) == 2:
+        k, up = a.args
+        if k.is_Integer and k > 0 and isinstance(up, sympy.ceiling) and sympy.expand(up.args[0] * k - b) == 0:
+            return True
+    diff = sympy.expand(a - b)
+    return bool(isinstance(diff, int) and diff >= 0) or (isinstance(diff, sympy.Expr) and nonnegative(diff))
+
+
 def _simplify(e: Any) -> Elem:
     if e is None:
         return None

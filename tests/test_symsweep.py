@@ -563,3 +563,16 @@ def test_patch_merging_then_window_padding_stay_exact_ceilings() -> None:
     assert (one, seven, c) == (1, 7, 16)
     for n in range(1, 40):
         assert evaluate(parse_dim(str(windows)), {"h": n}) == -(-(-(-n // 2)) // 7)  # ⌈⌈n/2⌉/7⌉ windows
+
+
+def test_a_window_padded_dim_cropped_back_is_the_dim() -> None:
+    """Swin crops the window-padded map back (``x[:, :H]``): ``Min(7*ceiling(d/7), d)`` is d, which sympy's
+    ``Min`` leaves undecided; the next block's shapes stood on it."""
+    d = sympy.ceiling(symbol("h") / 2)
+    assert _symvalues.at_least(7 * sympy.ceiling(d / 7), d)
+    assert not _symvalues.at_least(d, 7 * sympy.ceiling(d / 7))
+    assert _symvalues.at_least(d + 3, d) and not _symvalues.at_least(d, d + 3)
+    text = MERGE.replace("  y = Reshape(w, target)\n", "  crop = Slice(w, z, d, i1)\n  y = Reshape(crop, s2)\n")
+    result = _infer(text)
+    assert _dims(result, "crop")[1] == "ceiling(h/2)"
+    assert "onnx-shape-inference" not in result.engines
