@@ -168,14 +168,15 @@ class Bounder:
     def __init__(self, graph: Graph, costs: Iterable[NodeCost], hw: HardwareSpec, binding: Mapping[str, int],
                  *, residency: str = "warm", capacity: bool = True) -> None:
         self.graph = graph
-        self.costs = {c.name: c for c in costs if c.depth == 0}
+        rows = tuple(costs)
+        self.costs = {c.name: c for c in rows if c.depth == 0}
         self.hw = hw
         self.binding = dict(binding)
         self.residency = residency
         self.capacity = capacity
         self._outputs = set(graph.output_names)
         self._bytes: dict[str, Number | None] = {}
-        self.storage = Storage.of(graph)
+        self.storage = Storage.of(graph, rows)
 
     def tensor_bytes(self, name: str) -> Number | None:
         if name not in self._bytes:

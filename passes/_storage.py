@@ -32,7 +32,7 @@ from graphcost.graph import Graph, Node
 from graphcost.ops import NodeView, lookup, windows
 from graphcost.ops.movement import capped
 from graphcost.passes._fusion_policy import NodeInfo, Role, classify_all
-from graphcost.passes.costs import tensor_bytes
+from graphcost.passes.costs import NodeCost, tensor_bytes
 
 _VIEW, _FREE, _CONTROL = Role.VIEW, Role.FREE, Role.CONTROL
 _MISSING = object()
@@ -59,13 +59,18 @@ class Storage:
 
     def __init__(self, graph: Graph, infos: Mapping[str, NodeInfo], reads: Mapping[str, tuple[str, ...]],
                  order: list[str], pos: Mapping[str, int] | None = None,
-                 at: tuple[Sequence[Node], Sequence[NodeInfo], Sequence[tuple[str, ...]]] | None = None) -> None:
+                 at: tuple[Sequence[Node], Sequence[NodeInfo], Sequence[tuple[str, ...]]] | None = None,
+                 costs: Iterable[NodeCost] | None = None) -> None:
         """``at``: the nodes' records, infos and data reads listed in ``order``, when the caller has them (each
-        name look-up in a 100k-entry table costs ~0.5 µs at synthetic-100k: three per node saved)."""
+        name look-up in a 100k-entry table costs ~0.5 µs at synthetic-100k: three per node saved). ``costs``:
+        the costs pass's rows of the graph, whose ``parts`` (the inputs each node reads in part) are then taken
+        as they are instead of asking each rule's window again (symbolic caps are sympy ``Min``s: dynamic-size
+        Swin-T's 1,130 windows took 2.8 s the second time, cProfile)."""
         self.graph = graph
         self.infos = infos
         self.reads = reads
         self.order = order
+        self._given = None if costs is None else {c.name: c.parts for c in costs if c.depth == 0 and c.parts}
         self.output_names = frozenset(graph.output_names)
         self._build(pos, at)
         self.output_storages = {self.base_of(t) for t in graph.output_names}
@@ -85,12 +90,17 @@ class Storage:
         if at is None:
             at = ([graph.node(n) for n in order], [infos[n] for n in order], [reads[n] for n in order])
         windowed: dict[tuple[str, str], Any] = {}  # (domain, op) → its rule entry when it has a window, else None
+        given = self._given
+        if given is not None:
+            for n, taken in given.items():
+                for t, b in taken:
+                    parts[(n, t)] = b
         for n, node, info, data in zip(order, *at, strict=True):
             role = info.role
             if role is _FREE:
                 continue
             key = (node.domain, node.op_type)
-            entry = windowed.get(key, _MISSING)
+            entry = windowed.get(key, _MISSING) if given is None else None
             if entry is _MISSING:
                 entry = lookup(*key)
                 entry = windowed[key] = entry if entry is not None and entry.window is not None else None
@@ -140,11 +150,12 @@ class Storage:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
-    def of(cls, graph: Graph) -> Storage:
-        """The storages of ``graph``'s top-level nodes, classified as the fusion pass classifies them."""
+    def of(cls, graph: Graph, costs: Iterable[NodeCost] | None = None) -> Storage:
+        """The storages of ``graph``'s top-level nodes, classified as the fusion pass classifies them (``costs``:
+        as in the constructor)."""
         nodes = list(graph.nodes())
         infos = classify_all(graph, nodes)
-        return cls(graph, infos, data_reads_all(graph, nodes, infos), graph.topological_order())
+        return cls(graph, infos, data_reads_all(graph, nodes, infos), graph.topological_order(), costs=costs)
 
     def base_of(self, tensor: str) -> str:
         return self.base.get(tensor, tensor)

@@ -228,7 +228,7 @@ def _fuse(graph: Graph, costs: CostResult, pol: Policy) -> FusionResult:
             lists[k].append(i)
         group_at[i] = k
     node_costs = {c.name: c for c in costs.nodes}
-    storage = Storage(graph, infos, reads, order, pos, (at, info_at, reads_at))
+    storage = Storage(graph, infos, reads, order, pos, (at, info_at, reads_at), costs.nodes)
     cost_at: list[NodeCost | None] = [c for c in costs.nodes if c.depth == 0]  # listed in graph order
     if not (in_order and len(cost_at) == len(order)
             and all(c is not None and c.name == n for c, n in zip(cost_at, order, strict=True))):

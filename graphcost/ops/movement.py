@@ -15,8 +15,8 @@ condition) and the output::
     written = bytes(output)
 
 so a batch-1 embedding lookup in GPT-2 reads one 768-float row, not the 154 MB table, and the Slice taking one
-token of MViT's 25,089-token sequence reads that token (:func:`taken`, registered as the ops' ``window``: the
-same bytes count in a fused group's crossing). Random rows may
+token of MViT's 25,089-token sequence reads that token (:func:`taken` and :func:`kept`, registered as the ops'
+``window``: the same bytes count in a fused group's crossing). Random rows may
 cost whole cache lines on a real device; the bound is the ideal and does not charge that.
 
 A Concat that appends to a KV cache (one input is a ``past``/``cache`` graph input and the output, maybe
@@ -104,16 +104,22 @@ def _monomial(value: Dim) -> tuple[Any, frozenset[Any]] | None:
 
 
 def taken(n: NodeView) -> dict[int, Dim]:
-    """The window of an op whose output elements are elements of its input 0 (a gather, a slice, a compress):
-    it reads those elements once each, ``min(bytes(output), bytes(data))`` of input 0 (a gather with repeated
-    indices takes no more than the whole table), and every other input whole."""
+    """The window of a gather: the elements its output takes of input 0, once each, ``min(bytes(output),
+    bytes(data))`` (with repeated indices it reads no more than the whole table); every other input whole."""
     return {0: capped(n.out_bytes(0), n.in_bytes(0))}
+
+
+def kept(n: NodeView) -> dict[int, Dim]:
+    """The window of a Slice or a Compress: the elements of input 0 it keeps, ``bytes(output)`` (each kept once,
+    so never more than the input: no cap to work out, which for symbolic dims is a sympy ``Min``); every other
+    input whole."""
+    return {0: n.out_bytes(0)}
 
 
 # Gathers read rows, not tables: the indices, the data elements gathered, and the output written.
 register_free(("Gather", "GatherElements", "GatherND"), kind=Kind.MOVEMENT, window=taken)
 # A Slice reads its window and a Compress the elements it keeps (the condition is read whole), not the whole input.
-register_free(("Slice", "Compress"), kind=Kind.MOVEMENT, window=taken)
+register_free(("Slice", "Compress"), kind=Kind.MOVEMENT, window=kept)
 
 
 _PAST = re.compile(r"past|cache", re.IGNORECASE)
