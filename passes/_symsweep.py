@@ -573,7 +573,7 @@ def _range(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a
     if isinstance(span, int):
         return [(max(0, -(-span // delta)),)]
     count = span if delta == 1 else _tidy(sympy.ceiling(span / delta))
-    return [(count if count.is_nonnegative else _tidy(sympy.Max(0, count)),)]  # a limit below start: no entries
+    return [(count if nonnegative(count) else _tidy(sympy.Max(0, count)),)]  # a limit below start: no entries
 
 
 @shape_rule("Slice")

@@ -340,11 +340,21 @@ def _truncated(e: Elem) -> Elem:
 
 def _without_clamps(terms: list[Any]) -> list[Any]:
     """The terms of a sum less each ``-Min(..., a, ...)`` together with a term ``a``: ``a - Min(a, b) ≥ 0``
-    (Longformer's ``floor(seq/2) - Min(1, floor(seq/2))``)."""
+    (Longformer's ``floor(seq/2) - Min(1, floor(seq/2))``); and less each ``-Max(0, a - c)`` with ``a`` and a
+    number ``c ≥ 0``: ``a - Max(0, a - c) = Min(a, c) ≥ 0`` for ``a ≥ 0`` (the last c entries a Slice keeps of a
+    dim: Swin's shifted-window mask, ``x[-3:]``)."""
     for k, t in enumerate(terms):
-        if t.is_Mul and len(t.args) == 2 and t.args[0] == -1 and t.args[1].func is sympy.Min:
-            for j, u in enumerate(terms):
-                if j != k and u in t.args[1].args:
+        if not (t.is_Mul and len(t.args) == 2 and t.args[0] == -1):
+            continue
+        clamp = t.args[1]
+        for j, u in enumerate(terms):
+            if j == k:
+                continue
+            if clamp.func is sympy.Min and u in clamp.args:
+                return _without_clamps([x for i, x in enumerate(terms) if i not in (j, k)])
+            if clamp.func is sympy.Max and len(clamp.args) == 2 and 0 in clamp.args and nonnegative(u):
+                rest = sympy.expand(clamp.args[1] if clamp.args[0] == 0 else clamp.args[0]) - u
+                if rest.is_number and rest <= 0:
                     return _without_clamps([x for i, x in enumerate(terms) if i not in (j, k)])
     return terms
 

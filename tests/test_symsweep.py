@@ -578,3 +578,12 @@ def test_a_window_padded_dim_cropped_back_is_the_dim() -> None:
     result = _infer(text)
     assert _dims(result, "crop")[1] == "ceiling(h/2)"
     assert "onnx-shape-inference" not in result.engines
+
+
+def test_the_last_entries_a_slice_keeps_of_a_dim_are_known_non_negative() -> None:
+    """``d - Max(0, d - 3)`` (``x[-3:]`` of a dim d, Swin's shifted-window mask) is ``Min(d, 3) ≥ 0``: a Where
+    that fixes up ``shape == -1`` before an Expand then knows the entry is no -1."""
+    d = 7 * sympy.ceiling(symbol("w") / 7)
+    assert _symvalues.nonnegative(d - sympy.Max(0, d - 3))
+    assert not _symvalues.nonnegative(d - sympy.Max(0, d + 3))  # d - Max(0, d + 3) is -3 for any d
+    assert not _symvalues.nonnegative(symbol("v") - sympy.Max(0, d - 3))  # another dim's clamp proves nothing
