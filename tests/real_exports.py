@@ -249,8 +249,13 @@ def install_torchvision_cpu_ops() -> bool:
     return True
 
 
-def export_torchvision(name: str, path: Path, *, dynamo: bool) -> dict[str, Any]:
-    """Build ``name`` with random weights (seed 0) and export it static; return its published numbers."""
+DYNAMIC_HW = ("batch", "height", "width")
+"""The dims a ``legacy-dynhw`` export of a classifier keeps dynamic: its input's axes 0, 2 and 3."""
+
+
+def export_torchvision(name: str, path: Path, *, dynamo: bool, dynamic_hw: bool = False) -> dict[str, Any]:
+    """Build ``name`` with random weights (seed 0) and export it static (``dynamic_hw``: legacy, with the input's
+    batch, height and width dynamic, as :data:`DYNAMIC_HW` names them); return its published numbers."""
     install_torchvision_cpu_ops()
     import torch
     import torchvision.models as tvm
@@ -269,6 +274,9 @@ def export_torchvision(name: str, path: Path, *, dynamo: bool) -> dict[str, Any]
         if dynamo:
             torch.onnx.export(model, args, str(path), dynamo=True, opset_version=OPSET, external_data=False,
                               verbose=False)
+        elif dynamic_hw:
+            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET, input_names=["x"],
+                              dynamic_axes={"x": dict(zip((0, 2, 3), DYNAMIC_HW, strict=True))})
         else:
             torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET)
     meta = getattr(module, case.weights).DEFAULT.meta
@@ -415,7 +423,7 @@ def _main(argv: list[str]) -> int:
     kind, name, exporter, out = argv
     path = Path(out)
     if kind == "torchvision":
-        facts = export_torchvision(name, path, dynamo=exporter == "dynamo")
+        facts = export_torchvision(name, path, dynamo=exporter == "dynamo", dynamic_hw=exporter == "legacy-dynhw")
     elif kind == "yolo":
         facts = export_yolo(path)
     elif kind == "probe":  # can this interpreter build torchvision models?

@@ -38,6 +38,8 @@ import pytest
 import real_exports as rx
 from export_checks import STANDARD_DOMAINS, assert_no_unknown_standard_op, sequence_values
 
+from graphcost._dims import evaluate, parse_dim
+
 pytestmark = pytest.mark.heavy
 
 
@@ -144,6 +146,23 @@ def test_torchvision_classifier(name: str, exporter: str, real: RealExports) -> 
     assert not r.defaulted_dims  # a static export: nothing to bind
     # torchvision's "GFLOPS" (_ops) are GMACs, published to 3 decimals
     assert round(r.totals.macs / 1e9, 3) == facts["ops"], f"{r.totals.macs:,} MACs, published {facts['ops']} G"
+
+
+@pytest.mark.parametrize("name", [_param(f"{n}-legacy-dynhw", n) for n in ("swin_t", "swin_v2_t")])
+def test_swin_with_dynamic_height_and_width_resolves_in_its_input_dims(name: str, real: RealExports) -> None:
+    """Shifted windows over a dynamic H/W: PatchMerging pads each stage to even, every block pads to a multiple
+    of its window and crops back, and its attention mask slices the padded map. Every shape must be a formula in
+    batch/height/width (215 dims were minted before), and at the published size it must give the published
+    MACs, as the bound run does."""
+    path, facts = real.get("torchvision", name, "legacy-dynhw")
+    r = _analyze(path)
+    assert_no_unknown_standard_op(r)
+    assert_resolved(r, path)
+    assert set(r.defaulted_dims) == set(rx.DYNAMIC_HW)  # the inputs' own dims, nothing minted
+    side = rx.TV_CASES[name].shape[-1]
+    binding = {"batch": 1, "height": side, "width": side}
+    assert evaluate(parse_dim(r.totals.formulas["macs"]), binding) == _analyze(path, dims=binding).totals.macs
+    assert round(evaluate(parse_dim(r.totals.formulas["macs"]), binding) / 1e9, 3) == facts["ops"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
