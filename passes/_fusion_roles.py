@@ -19,6 +19,7 @@ from graphcost._dims import Dim, expands_within, numel, prod
 from graphcost._sym import sympy
 from graphcost.graph import Graph, Node
 from graphcost.ops import Kind, lookup
+from graphcost.ops.misc import SEQUENCE_REFERENCES
 from graphcost.passes.costs import tensor_bytes
 
 
@@ -61,10 +62,7 @@ ROLE_OVERRIDES: Mapping[str, tuple[Role, str]] = {
     "EmbedLayerNormalization": (Role.OPAQUE, "embedding gather + normalization"),
     "Expand": (Role.ELEMENTWISE, ""),  # a broadcast: fuses like one
     # sequences hold their elements by reference (graphcost/ops/misc.py): no kernel, no bytes of their own
-    "SequenceConstruct": (Role.FREE, ""),
-    "SequenceInsert": (Role.FREE, ""),
-    "SequenceAt": (Role.FREE, ""),
-    "SequenceErase": (Role.FREE, ""),
+    **{op: (Role.FREE, "") for op in SEQUENCE_REFERENCES},
 }
 
 LAYOUT_OPS = frozenset({"Transpose", "DepthToSpace", "SpaceToDepth", "ReorderInput", "ReorderOutput"})

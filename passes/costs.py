@@ -27,6 +27,7 @@ from graphcost._sym import sympy
 from graphcost.graph import Graph, Node, Tensor
 from graphcost.ops import Kind, NodeView, ShapeUnknown, Unknown, Work, lookup, windows
 from graphcost.ops._registry import RuleEntry, tensor_bytes
+from graphcost.ops.misc import SEQUENCE_REFERENCES
 from graphcost.ops.movement import views_of
 
 __all__ = ["CONTROL_OPS", "CostResult", "CostWarning", "KvTraffic", "NodeCost", "TensorRef", "count_costs",
@@ -402,9 +403,36 @@ def _cost_control(graph: Graph, node: Node, inputs: tuple[Tensor | None, ...], o
     if flops is None:
         reason = f"{node.op_type} body has nodes of unknown cost"
     read_total = None if b_read is None or own_read is None else b_read + own_read
+    written_as: Dim | None = None
+    if own_read is not None and any(r.bytes_as_written is not None for r in body_rows if r.depth == depth + 1):
+        if node.op_type == "If":  # the branch the totals took, as the graph writes it
+            per = [_as_written(rows, depth + 1) for _, rows in branches]
+            written_as = _max_of(per)
+        else:
+            once = _as_written(body_rows, depth + 1)
+            written_as = None if once is None else simplify_dim(once * factor)
+        written_as = None if written_as is None else simplify_dim(written_as + own_read)
     row = NodeCost(node.name, node.op_type, node.domain, Kind.CONTROL.value, dtype, flops, macs, read_total,
-                   b_written, refs_in, refs_out, True, depth, parent, multiplier, note, reason)
+                   b_written, refs_in, refs_out, True, depth, parent, multiplier, note, reason, written_as)
     return [row, *body_rows]
+
+
+def _as_written(rows: list[NodeCost], depth: int) -> Dim | None:
+    """Bytes (read + written) the body's direct nodes move as the graph writes them: a node's
+    ``bytes_as_written`` where it has one (a KV-cache copy, a sequence's), else its bytes; None when any is
+    unknown. A control node's row carries its body's, so an optimum merged decoder (its KV Concats inside an
+    If) says what its graph as written copies."""
+    out: list[Dim | None] = []
+    for r in rows:
+        if r.depth != depth:
+            continue
+        if r.bytes_as_written is not None:
+            out.append(r.bytes_as_written)
+        elif r.bytes_read is None or r.bytes_written is None:
+            return None
+        else:
+            out.append(r.bytes_read + r.bytes_written)
+    return _sum(out)
 
 
 def _max_of(values: list[Dim | None]) -> Dim | None:
@@ -473,7 +501,8 @@ def kv_cache_traffic(graph: Graph, costs: CostResult) -> KvTraffic | None:
     the cache's one read. Per past token this is the coefficient of the past length (2 · layers · kv_heads ·
     head_dim · dtype bytes for the ideal).
     """
-    top = [c for c in costs.top_level() if c.bytes_as_written is not None]
+    top = [c for c in costs.top_level() if c.bytes_as_written is not None and c.kind != Kind.CONTROL.value
+           and c.op_type not in SEQUENCE_REFERENCES]  # the cache nodes: no body's roll-up, no sequence's copies
     if not top:
         return None
     names = {c.name for c in top}

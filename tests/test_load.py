@@ -144,6 +144,16 @@ def test_sibling_branches_that_reuse_names_keep_their_own_shapes() -> None:
     assert append.bytes_written == 2 * 1 * 4 and append.bytes_as_written == (2 * 100 + 2 * 1 + 2 * 101) * 4
 
 
+def test_an_if_says_what_its_branch_moves_as_the_graph_writes_it() -> None:
+    # the KV copy sits inside the If: its row (and the totals, which add the top-level rows) carry it
+    r = graphcost.analyze(_merged_decoder_like())
+    rows = {n.name: n for n in r.nodes}
+    then = (2 * 3 + 3 * 4 + 2 * 4) * 4 + (2 * 4 + 2 * 4) * 4 + (2 * 100 + 2 * 1 + 2 * 101) * 4  # mm, relu, the copy
+    other = (2 * 3 + 3 * 8 + 2 * 8) * 4 + (2 * 8 + 2 * 8) * 4  # mm, relu; the Identity moves nothing
+    assert rows["if"].bytes_as_written == max(then, other) + 1  # and the condition's byte
+    assert r.totals.bytes_as_written == rows["if"].bytes_as_written
+
+
 def test_scope_renames_are_the_same_for_the_same_file() -> None:
     from graphcost.graph import separate_scopes
 
