@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from graphcost._dims import Dim
 from graphcost.graph import DEFAULT_DOMAIN, Graph, Node
 from graphcost.ops._registry import tensor_bytes
+from graphcost.passes._storage import sum_dims
 
 BUILDERS = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SplitToSequence"})
 """Ops whose output is a sequence sized here (with Identity, If and Loop of one)."""
@@ -74,9 +75,9 @@ def _one(graph: Graph, node: Node, size: Size) -> dict[str, Dim | None]:
     if op == "SequenceEmpty":
         return {out: 0}
     if op == "SequenceConstruct":
-        return {out: _total([size(t) for t in ins])}
+        return {out: sum_dims([size(t) for t in ins])}
     if op == "SequenceInsert" and len(ins) >= 2:
-        return {out: _total([size(ins[0]), size(ins[1])])}
+        return {out: sum_dims([size(ins[0]), size(ins[1])])}
     if op == "SplitToSequence" and ins:
         return {out: size(ins[0])}
     if op == "Identity" and ins and _unshaped(graph, out):
@@ -92,15 +93,6 @@ def _unshaped(graph: Graph, name: str) -> bool:
     """A value with no tensor shape (a sequence: only those are sized here)."""
     t = graph.tensor(name)
     return t is not None and t.shape is None
-
-
-def _total(parts: list[Dim | None]) -> Dim | None:
-    total: Dim = 0
-    for p in parts:
-        if p is None:
-            return None
-        total = total + p
-    return total
 
 
 def _if(graph: Graph, node: Node) -> dict[str, Dim | None]:

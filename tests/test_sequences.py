@@ -7,6 +7,7 @@ memory pass and its 228 sequence ops and their Loops had unknown bytes (152 fusi
 from __future__ import annotations
 
 import onnx.parser
+from test_specialize import SPLIT_LOOP
 
 import graphcost
 from graphcost.load import load
@@ -16,40 +17,8 @@ FP32, I64 = 4, 8
 TOKEN = 1 * 1 * 96 * FP32  # x[:, 0:1, :]
 REST = 1 * 196 * 96 * FP32  # x[:, 1:197, :]
 
-# torch.tensor_split(x, [1], dim=1) as the legacy exporter writes it (tests/test_specialize.py's SPLIT_LOOP)
-SPLIT = """
-<ir_version: 8, opset_import: ["" : 17]>
-g (float[1,197,96] x, float[96,96] w) => (float[1,96] cls, float[196,96] y) {
-  trips = Constant<value = int64 {1}>()
-  go = Constant<value = bool {1}>()
-  bounds = Constant<value = int64[2] {0, 1}>()
-  ax = Constant<value = int64[1] {1}>()
-  az = Constant<value = int64[1] {0}>()
-  empty = SequenceEmpty<dtype = 1>()
-  parts = Loop(trips, go, empty) <body = b (int64 i, bool c, seq(float) acc) => (bool c2, seq(float) acc2) {
-    one = Constant<value = int64 {1}>()
-    start = Gather<axis=0>(bounds, i)
-    i1 = Add(i, one)
-    stop = Gather<axis=0>(bounds, i1)
-    s1 = Unsqueeze(start, az)
-    e1 = Unsqueeze(stop, az)
-    piece = Slice(x, s1, e1, ax)
-    acc2 = SequenceInsert(acc, piece)
-    c2 = Identity(go)
-  }>
-  big = Constant<value = int64[1] {197}>()
-  rest = Slice(x, ax, big, ax)
-  all = SequenceInsert(parts, rest)
-  k0 = Constant<value = int64 {0}>()
-  k1 = Constant<value = int64 {-1}>()
-  head = SequenceAt(all, k0)
-  tail = SequenceAt(all, k1)
-  c0 = Squeeze(head, az)
-  cls = MatMul(c0, w)
-  t0 = Squeeze(tail, az)
-  y = MatMul(t0, w)
-}
-"""
+# torch.tensor_split(x, [1], dim=1) as the legacy exporter writes it
+SPLIT = SPLIT_LOOP.replace("TRIPS", "1")
 
 BUILT = """
 <ir_version: 8, opset_import: ["" : 17]>
