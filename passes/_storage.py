@@ -99,11 +99,14 @@ class Storage:
             role = info.role
             if role is _FREE:
                 continue
-            key = (node.domain, node.op_type)
-            entry = windowed.get(key, _MISSING) if given is None else None
-            if entry is _MISSING:
-                entry = lookup(*key)
-                entry = windowed[key] = entry if entry is not None and entry.window is not None else None
+            if given is None:  # no costs given: ask each windowed rule (a look-up per op type)
+                key = (node.domain, node.op_type)
+                entry = windowed.get(key, _MISSING)
+                if entry is _MISSING:
+                    entry = lookup(*key)
+                    entry = windowed[key] = entry if entry is not None and entry.window is not None else None
+            else:
+                entry = None
             if entry is not None:
                 view = NodeView(node, tuple(graph.tensor(t) if t else None for t in node.inputs),
                                 tuple(graph.tensor(t) if t else None for t in node.outputs), graph)
