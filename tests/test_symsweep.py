@@ -587,3 +587,10 @@ def test_the_last_entries_a_slice_keeps_of_a_dim_are_known_non_negative() -> Non
     assert _symvalues.nonnegative(d - sympy.Max(0, d - 3))
     assert not _symvalues.nonnegative(d - sympy.Max(0, d + 3))  # d - Max(0, d + 3) is -3 for any d
     assert not _symvalues.nonnegative(symbol("v") - sympy.Max(0, d - 3))  # another dim's clamp proves nothing
+
+
+def test_a_clamp_is_built_once_and_is_sympys_own() -> None:
+    d = 7 * sympy.ceiling(symbol("h") / 7)
+    first = _symvalues.sym_max(0, d - 7)
+    assert first == sympy.Max(0, d - 7) and _symvalues.sym_max(0, d - 7) is first
+    assert _symvalues.sym_min(d, symbol("h")) == sympy.Min(d, symbol("h"))
