@@ -43,6 +43,26 @@ MAX_DEGREE = 16
 MAX_BITS = 1024
 """Upper bound on the bits of any number the expression can produce from its literals."""
 
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds one parse works under (the module's ``MAX_*``, for a dim from the model file)."""
+
+    text: int = MAX_TEXT
+    tokens: int = MAX_TOKENS
+    depth: int = MAX_DEPTH
+    terms: int = MAX_TERMS
+    degree: int = MAX_DEGREE
+    bits: int = MAX_BITS
+
+
+DIM = Limits()
+FORMULA = Limits(text=1 << 22, tokens=1 << 20, terms=1 << 20, degree=64, bits=1 << 14)
+"""For a formula graphcost wrote itself (``totals.formulas``): one term per monomial of a whole model's count, so
+far longer than any dim (SSD300's bytes: 371 data-dependent dims; a dynamic-size ResNet-50's MACs: 1,035
+characters), parsed by the same grammar in time linear in the text."""
+
 _TOKEN = re.compile(r"\s*(?:(?P<dec>[0-9]+\.[0-9]*|\.[0-9]+)|(?P<int>[0-9]+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
                     r"|(?P<op>\*\*|//|[-+*/%^(),]))")
 
@@ -68,10 +88,10 @@ def _functions() -> dict[str, tuple[Callable[..., Any], int, int]]:
             "Max": (sympy.Max, 1, 16), "Mod": (sympy.Mod, 2, 2)}
 
 
-def tokenize(text: str) -> list[tuple[str, str]]:
+def tokenize(text: str, limits: Limits = DIM) -> list[tuple[str, str]]:
     """(kind, text) pairs, kind one of dec, int, name, op; Rejected on anything else."""
-    if len(text) > MAX_TEXT:
-        raise Rejected(f"longer than {MAX_TEXT} characters")
+    if len(text) > limits.text:
+        raise Rejected(f"longer than {limits.text} characters")
     out: list[tuple[str, str]] = []
     pos = 0
     end = len(text.rstrip())
@@ -80,22 +100,22 @@ def tokenize(text: str) -> list[tuple[str, str]]:
         if m is None or m.lastgroup is None:
             raise Rejected(f"unexpected character {text[pos:].lstrip()[:1]!r}")
         out.append((m.lastgroup, m.group(m.lastgroup)))
-        if len(out) > MAX_TOKENS:
-            raise Rejected(f"more than {MAX_TOKENS} tokens")
+        if len(out) > limits.tokens:
+            raise Rejected(f"more than {limits.tokens} tokens")
         pos = m.end()
     return out
 
 
-def parse(text: str, symbol: Callable[[str], Any]) -> Any:
+def parse(text: str, symbol: Callable[[str], Any], limits: Limits = DIM) -> Any:
     """The sympy expression the text denotes; ``symbol(name)`` makes each dim name's symbol.
 
     Raises Rejected when the text is outside the grammar or over a limit. Nothing is evaluated: names
     become symbols, numbers become sympy numbers, and only the operators of the grammar are applied.
     """
-    tokens = tokenize(text)
+    tokens = tokenize(text, limits)
     if not tokens:
         raise Rejected("empty")
-    parser = _Parser(tokens, symbol)
+    parser = _Parser(tokens, symbol, limits)
     try:
         node = parser.expr(0)
     except Rejected:
@@ -111,11 +131,21 @@ def parse(text: str, symbol: Callable[[str], Any]) -> Any:
 
 
 class _Parser:
-    def __init__(self, tokens: list[tuple[str, str]], symbol: Callable[[str], Any]) -> None:
+    def __init__(self, tokens: list[tuple[str, str]], symbol: Callable[[str], Any], limits: Limits) -> None:
         self.tokens = tokens
         self.pos = 0
         self.symbol = symbol
         self.functions = _functions()
+        self.limits = limits
+
+    def _check(self, terms: int, degree: int, bits: int) -> None:
+        limits = self.limits
+        if terms > limits.terms:
+            raise Rejected(f"expands to more than {limits.terms} terms")
+        if degree > limits.degree:
+            raise Rejected(f"degree above {limits.degree}")
+        if bits > limits.bits:
+            raise Rejected(f"numbers above {limits.bits} bits")
 
     # -------------------------------------------------------------- token access
     def _peek(self) -> tuple[str, str] | None:
@@ -135,17 +165,21 @@ class _Parser:
 
     # -------------------------------------------------------------- grammar
     def expr(self, depth: int) -> _Node:
-        if depth > MAX_DEPTH:
-            raise Rejected(f"nested deeper than {MAX_DEPTH}")
+        if depth > self.limits.depth:
+            raise Rejected(f"nested deeper than {self.limits.depth}")
         left = self.term(depth)
+        parts = [left.expr]  # added at once: one sympy Add, not one per term (a formula has hundreds)
+        terms, degree, bits = left.terms, left.degree, left.bits
         while (op := self._is_op("+", "-")) is not None:
             self.pos += 1
             right = self.term(depth)
-            terms = left.terms + right.terms
-            degree, bits = max(left.degree, right.degree), max(left.bits, right.bits) + 1
-            _check(terms, degree, bits)
-            left = _Node(left.expr + right.expr if op == "+" else left.expr - right.expr, terms, degree, bits)
-        return left
+            terms = terms + right.terms
+            degree, bits = max(degree, right.degree), max(bits, right.bits) + 1
+            self._check(terms, degree, bits)
+            parts.append(right.expr if op == "+" else -right.expr)
+        if len(parts) == 1:
+            return left
+        return _Node(sympy.Add(*parts), terms, degree, bits)
 
     def term(self, depth: int) -> _Node:
         left = self.unary(depth)
@@ -157,7 +191,7 @@ class _Parser:
             # Product and quotient may both expand into every pair of terms; floor and Mod are one atom
             # whose inside is still expanded, so its bounds are checked like a quotient's.
             terms, degree, bits = left.terms * right.terms, left.degree + right.degree, left.bits + right.bits
-            _check(terms, degree, bits)
+            self._check(terms, degree, bits)
             if op == "*":
                 left = _Node(left.expr * right.expr, terms, degree, bits)
             elif op == "/":
@@ -172,8 +206,8 @@ class _Parser:
         sign = self._is_op("-", "+")
         if sign is None:
             return self.power(depth)
-        if depth + 1 > MAX_DEPTH:
-            raise Rejected(f"nested deeper than {MAX_DEPTH}")
+        if depth + 1 > self.limits.depth:
+            raise Rejected(f"nested deeper than {self.limits.depth}")
         self.pos += 1
         inner = self.unary(depth + 1)
         return inner if sign == "+" else _Node(-inner.expr, inner.terms, inner.degree, inner.bits)
@@ -192,7 +226,7 @@ class _Parser:
         e = int(tok[1])
         # Multinomial expansion of a sum of t terms to the e-th power has at most t**e terms.
         terms, degree, bits = base.terms ** e, base.degree * e, base.bits * e
-        _check(terms, degree, bits)
+        self._check(terms, degree, bits)
         return _Node(base.expr ** e, terms, degree, bits)
 
     def atom(self, depth: int) -> _Node:
@@ -234,11 +268,3 @@ class _Parser:
         # The call is one atom after expansion; its arguments were each checked when parsed.
         return _Node(fn(*(a.expr for a in args)), 1, max(a.degree for a in args), sum(a.bits for a in args))
 
-
-def _check(terms: int, degree: int, bits: int) -> None:
-    if terms > MAX_TERMS:
-        raise Rejected(f"expands to more than {MAX_TERMS} terms")
-    if degree > MAX_DEGREE:
-        raise Rejected(f"degree above {MAX_DEGREE}")
-    if bits > MAX_BITS:
-        raise Rejected(f"numbers above {MAX_BITS} bits")

@@ -74,6 +74,17 @@ def parse_dim(text: str) -> Dim:
     return simplify_dim(expr)
 
 
+def parse_formula(text: str) -> Dim:
+    """Parse a formula graphcost wrote (``report.totals.formulas``) back into its expression, by the dim
+    grammar under the formula bounds (:data:`graphcost._dimexpr.FORMULA`: a whole model's count is far longer
+    than a dim). ValueError when the text is not one: unlike a dim from a model file, a formula read as one
+    opaque symbol would be a wrong number, not an unknown."""
+    try:
+        return simplify_dim(_dimexpr.parse(text.strip(), symbol, _dimexpr.FORMULA))
+    except _dimexpr.Rejected as e:
+        raise ValueError(f"not a formula graphcost can read: {e}") from None
+
+
 def as_expr(value: object) -> Any:
     """A count or dim as a sympy object, for code that needs sympy methods on it.
 

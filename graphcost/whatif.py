@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from graphcost._dims import as_expr, evaluate, free_names, parse_dim, symbol
+from graphcost._dims import as_expr, evaluate, free_names, parse_dim, parse_formula, symbol
 from graphcost._sym import sympy
 from graphcost.budget import Budget, frame_slice_s
 from graphcost.passes.roofline import Bound, kernel_bound
@@ -553,7 +553,10 @@ def _sweep(report: Any, sweep: tuple[str, tuple[int, ...]], dtype: str) -> Sweep
     formulas = report.totals.formulas
     if not formulas:
         raise ValueError(f"--sweep {dim}: the model's counts do not depend on any dim (all shapes are static)")
-    exprs = {k: parse_dim(formulas[k]) for k in ("flops", "bytes") if k in formulas}
+    try:
+        exprs = {k: parse_formula(formulas[k]) for k in ("flops", "bytes") if k in formulas}
+    except ValueError as e:
+        raise ValueError(f"--sweep {dim}: the total formulas cannot be read back ({e})") from None
     if len(exprs) < 2:
         raise ValueError(f"--sweep {dim}: the report has no formula for total FLOPs and bytes")
     names = set().union(*(free_names(e) for e in exprs.values()))
@@ -563,8 +566,7 @@ def _sweep(report: Any, sweep: tuple[str, tuple[int, ...]], dtype: str) -> Sweep
                          f"{shown})")
     unknown = sorted(n for n in names if n != dim and n not in report.binding)
     if unknown:
-        raise ValueError(f"--sweep {dim}: the total formulas are too large to evaluate exactly (over the dim "
-                         "grammar's limits)")
+        raise ValueError(f"--sweep {dim}: the total formulas name dims the binding lacks ({', '.join(unknown[:3])})")
     hw = report.hardware
     peak_dtype = hw.peak_for(dtype)[1]
     ridge = hw.ridge_point(dtype)

@@ -261,3 +261,20 @@ def test_evaluate_binds_without_text() -> None:
     assert evaluate(N, {"N": np.int64(7)}) == 7  # type: ignore[dict-item]  # numpy ints from callers
     with pytest.raises(TypeError):
         evaluate(N, {"N": "__import__('os')"})  # type: ignore[dict-item]
+
+
+def test_a_formula_longer_than_any_dim_reads_back_exactly() -> None:
+    """``totals.formulas`` of a whole model run past the dim limits (a dynamic-size ResNet-50's MACs: 1,035
+    characters; SSD300's bytes: hundreds of terms). ``parse_formula`` reads them by the same grammar; a dim of
+    that length from a model file stays one opaque symbol."""
+    from graphcost._dims import parse_formula
+
+    h, w = symbol("height"), symbol("width")
+    total = sympy.Add(*(sympy.Integer(1000 + k) * sympy.floor(h / (k + 2)) * sympy.ceiling(w / (k + 3))
+                        for k in range(300)))
+    text = to_text(total)
+    assert len(text) > 10_000
+    assert parse_formula(text) == total
+    assert parse_dim(text) != total and len(parse_dim(text).free_symbols) == 1  # as a dim: one opaque name
+    with pytest.raises(ValueError, match="not a formula"):
+        parse_formula("__import__('os').system('true')")
