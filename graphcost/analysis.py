@@ -162,7 +162,7 @@ class Analysis:
         binding = Binding.static(model_dims, given, fixed)
         if model_dims:
             with stage("validate", graph):
-                checked_dims = check_binding(graph, binding.values)
+                checked_dims = check_binding(graph, binding.values, binding.defaulted)
                 _refuse_defaults(checked_dims, binding)
                 raise_refusals(checked_dims, m.path)
         return cls(m, checked, shapes, costs, model_dims, binding, shapes_given, values, ignored, ignored_inputs)
@@ -189,7 +189,7 @@ class Analysis:
         out = base.for_run(needed, stated, broken, why)
         if out.taken:
             with stage("validate", self.graph):
-                raise_refusals(check_binding(self.graph, out.values), self.model.path)
+                raise_refusals(check_binding(self.graph, out.values, out.defaulted), self.model.path)
         return out
 
     def _inferred_outputs(self) -> dict[str, list[int | str | None]]:

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
 
-from graphcost._dims import Dim, evaluate, free_names, to_text
+from graphcost._dims import Dim, evaluate, free_names, prod, to_text
 from graphcost.graph import Graph, NodeFields, cycle_text, find_cycle, read_node_fields, unique_node_name
 from graphcost.load import Model
 
@@ -198,8 +198,9 @@ def _twice(name: str, op: str, tensor: str, other: str, *, also: bool = False) -
 
 
 # --------------------------------------------------------------------------------------------- binding
-def check_binding(graph: Graph, binding: Mapping[str, int]) -> Validation:
-    """Every symbolic dim of every tensor must be a whole number ≥ 0 under ``binding``.
+def check_binding(graph: Graph, binding: Mapping[str, int], defaulted: Collection[str] = ()) -> Validation:
+    """Every symbolic dim of every tensor must be a whole number ≥ 0 under ``binding``, and every Reshape
+    that no ``defaulted`` dim (one nobody gave, taken at the default) sizes must keep its element count.
 
     A dim is a formula the model file wrote (``floor(H/2)``, ``batch*seq``); one that comes out imaginary,
     fractional or negative is not a size, and every pass that sizes the tensor would fail on it. Each distinct
@@ -223,7 +224,37 @@ def check_binding(graph: Graph, binding: Mapping[str, int]) -> Validation:
                     findings.append(Finding(
                         Severity.REFUSE, None if node is None else node.name, None if node is None else node.op_type,
                         f"{what} {g.prefix + t.name!r} has dim {to_text(d)!r}, which {problem}", free_names(d)))
+    if not findings:
+        findings.extend(_reshape_problems(graph, binding, frozenset(defaulted)))
     return Validation(tuple(findings))
+
+
+def _reshape_problems(graph: Graph, binding: Mapping[str, int], defaulted: frozenset[str]) -> Iterator[Finding]:
+    """A Reshape whose input and output hold different numbers of elements under ``binding``: the model cannot
+    run at these sizes (MaxViT partitions its map into 7x7 windows without padding: at 193x257 one Reshape asks
+    395,136 of 407,680 elements, and onnxruntime refuses), so no number stands for them. Checked only where a
+    shape is symbolic (a static one is as the file states it) and in given dims alone: a dim nobody gave says
+    nothing of the sizes the model runs at (an output onnx could not shape is a named unknown, taken as 1)."""
+    for g in graph.walk():
+        for node in g.nodes():
+            if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or not node.inputs or not node.outputs:
+                continue
+            x, y = g.tensor(node.inputs[0]), g.tensor(node.outputs[0])
+            if x is None or y is None or x.shape is None or y.shape is None:
+                continue
+            if all(isinstance(d, int) for d in (*x.shape, *y.shape)):
+                continue
+            try:
+                a, b = evaluate(prod(x.shape), binding), evaluate(prod(y.shape), binding)
+            except (KeyError, TypeError, ValueError, ArithmeticError):
+                continue  # a dim check above says what is wrong with the dims themselves
+            names = free_names(prod(x.shape)) | free_names(prod(y.shape))
+            if a != b and not names & defaulted:
+                shown = ", ".join(f"{k}={binding[k]}" for k in sorted(names) if k in binding)
+                yield Finding(Severity.REFUSE, g.prefix + node.name, node.op_type,
+                              f"reshapes {int(a):,} elements into {int(b):,} under {shown}: the model cannot run "
+                              "at these sizes", frozenset(names))
+                return  # the first one says it
 
 
 def _dim_problem(d: Dim, binding: Mapping[str, int]) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx.helper as oh
+import onnx.parser
 import pytest
 from onnx import TensorProto, numpy_helper
 
@@ -179,6 +180,35 @@ def test_a_default_that_breaks_a_valid_conv_asks_for_the_dim(tmp_path: Path,
     line = one_line(err)
     assert code == 2 and "dim h is not bound; pass --dim h=N" in line and "'valid' (Conv)" in line
     code, out, err = run_cli(capsys, "analyze", path, "--dim", "h=9")  # ceil(9/2) - 2 = 3 rows
+    assert code == 0 and out
+
+
+# MaxViT's window partition: (1, h, 8) reshaped to (1, h // 7, 7, 8) with no padding; h must be a multiple of 7
+PARTITION = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1, h, 8] x) => (float[?, ?, ?, ?] y) {
+  s = Shape(x)
+  i1 = Constant<value = int64[1] {1}>()
+  hh = Gather(s, i1)
+  seven = Constant<value = int64[1] {7}>()
+  rows = Div(hh, seven)
+  one = Constant<value = int64[1] {1}>()
+  eight = Constant<value = int64[1] {8}>()
+  target = Concat<axis = 0>(one, rows, seven, eight)
+  y = Reshape(x, target)
+}"""
+
+
+def test_a_size_the_model_cannot_run_at_is_refused_in_one_line(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    path = save(tmp_path, "partition", onnx.parser.parse_model(PARTITION))
+    code, out, err = run_cli(capsys, "analyze", path, "--dim", "h=14")  # two windows of 7 rows
+    assert code == 0 and out
+    code, _, err = run_cli(capsys, "analyze", path, "--dim", "h=15")  # 120 elements, 112 asked
+    line = one_line(err)
+    assert code == 2 and "node 'Reshape_8' (Reshape): reshapes 120 elements into 112 under h=15" in line
+    assert "cannot run at these sizes" in line
+    code, out, err = run_cli(capsys, "analyze", path)  # h nobody gave, taken as 1: the formulas stand
     assert code == 0 and out
 
 
