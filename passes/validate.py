@@ -233,8 +233,19 @@ def _reshape_problems(graph: Graph, binding: Mapping[str, int], defaulted: froze
     """A Reshape whose input and output hold different numbers of elements under ``binding``: the model cannot
     run at these sizes (MaxViT partitions its map into 7x7 windows without padding: at 193x257 one Reshape asks
     395,136 of 407,680 elements, and onnxruntime refuses), so no number stands for them. Checked only where a
-    shape is symbolic (a static one is as the file states it) and in given dims alone: a dim nobody gave says
-    nothing of the sizes the model runs at (an output onnx could not shape is a named unknown, taken as 1)."""
+    shape is symbolic (a static one is as the file states it) and in the graph inputs' dims alone, each given: a
+    dim nobody gave says nothing of the sizes the model runs at, and a named unknown (a count only the data
+    decides, such as Faster R-CNN's RoIs) may be given a what-if value that no run would pair with the others."""
+    inputs: set[str] = set()
+    for name in graph.input_names:
+        t = graph.tensor(name)
+        if t is not None and t.shape is not None:
+            for d in t.shape:
+                if not isinstance(d, int):
+                    inputs |= free_names(d)
+    allowed = inputs - defaulted
+    if not allowed:
+        return
     for g in graph.walk():
         for node in g.nodes():
             if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or not node.inputs or not node.outputs:
@@ -244,12 +255,14 @@ def _reshape_problems(graph: Graph, binding: Mapping[str, int], defaulted: froze
                 continue
             if all(isinstance(d, int) for d in (*x.shape, *y.shape)):
                 continue
+            names = free_names(prod(x.shape)) | free_names(prod(y.shape))
+            if not names <= allowed:
+                continue
             try:
                 a, b = evaluate(prod(x.shape), binding), evaluate(prod(y.shape), binding)
             except (KeyError, TypeError, ValueError, ArithmeticError):
                 continue  # a dim check above says what is wrong with the dims themselves
-            names = free_names(prod(x.shape)) | free_names(prod(y.shape))
-            if a != b and not names & defaulted:
+            if a != b:
                 shown = ", ".join(f"{k}={binding[k]}" for k in sorted(names) if k in binding)
                 yield Finding(Severity.REFUSE, g.prefix + node.name, node.op_type,
                               f"reshapes {int(a):,} elements into {int(b):,} under {shown}: the model cannot run "
