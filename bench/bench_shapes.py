@@ -4,10 +4,11 @@
     python bench/bench_shapes.py --runs 5 --only swin_t-legacy --only yolov8n
     python bench/bench_shapes.py --keep /tmp/real      # build the exports there once, reuse them next time
 
-Models: the real exports of ``tests/real_exports.py`` (torchvision static exports, YOLOv8n with dynamic
-batch/height/width, the If-on-sample-rate model; built in child processes, random weights), the paddle2onnx
-PP-OCR detector, recognizers and direction classifier of ``tests/paddle_exports.py`` (dynamic H/W; they need
-the side venv of ``.ci/paddle.sh``, else their rows say why they are missing), deep HF transformers (LLaMA,
+Models: the real exports of ``tests/real_exports.py`` (torchvision static exports, Swin-T and Swin-V2-T with
+dynamic batch/height/width, YOLOv8n with dynamic batch/height/width, the If-on-sample-rate model; built in
+child processes, random weights), the paddle2onnx PP-OCR detector, recognizers and direction classifier of
+``tests/paddle_exports.py`` (dynamic H/W; they need the side venv of ``.ci/paddle.sh``, else their rows say why
+they are missing), deep HF transformers (LLaMA,
 T5, BERT from ``tests/third_party_models.py`` at 24-32 layers, dynamic batch/seq: the test set's 2-layer
 models scaled to a real depth) and ``bench/make_models.py``'s
 ``synthetic-10k`` / ``synthetic-100k`` graphs (built into bench/data when missing).
@@ -46,6 +47,7 @@ def real_models() -> list[tuple[str, str, str, str]]:
     """(label, kind, name, exporter) for every real export of tests/real_exports.py."""
     out = [(f"{c.name}-{e}", "torchvision", c.name, e) for c in rx.TV_CASES.values()
            for e in ("legacy", "dynamo") if e == "legacy" or c.dynamo]
+    out += [(f"{n}-legacy-dynhw", "torchvision", n, "legacy-dynhw") for n in ("swin_t", "swin_v2_t")]  # H/W dynamic
     return [*out, ("yolov8n", "yolo", "yolov8n", "legacy"), ("vad_if", "vad_if", "vad", "legacy")]
 
 
