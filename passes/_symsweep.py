@@ -28,6 +28,7 @@ from typing import Any
 import onnx
 
 from graphcost._dims import as_expr, parse_dim, prod, text_names, to_text
+from graphcost._minmax import dim_max, dim_min
 from graphcost._sym import sympy
 from graphcost.passes._shape_eval import registrar
 from graphcost.passes._symvalues import (
@@ -46,8 +47,6 @@ from graphcost.passes._symvalues import (
     round_ups,
     shape_value,
     slice_args,
-    sym_max,
-    sym_min,
 )
 
 RULE_ERRORS = (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError)
@@ -577,7 +576,7 @@ def _range(node: onnx.NodeProto, s: list[Shape | None], v: list[Value | None], a
     if isinstance(span, int):
         return [(max(0, -(-span // delta)),)]
     count = span if delta == 1 else _tidy(sympy.ceiling(span / delta))
-    return [(count if nonnegative(count) else _tidy(sym_max(0, count)),)]  # a limit below start: no entries
+    return [(count if nonnegative(count) else _tidy(dim_max(0, count)),)]  # a limit below start: no entries
 
 
 @shape_rule("Slice")
@@ -620,7 +619,7 @@ def _slice_len(d: Elem, start: Elem, end: Elem, step: int) -> Elem:
     kept = span if step == 1 else sympy.ceiling(span / step)
     if lo == 0 or _tidy(hi - d) == 0:  # each clamp is in [0, d]: from 0, or to d, the length is never negative
         return _tidy(kept)
-    return _tidy(sym_max(0, kept))
+    return _tidy(dim_max(0, kept))
 
 
 def _clamp(d: Any, e: Any) -> Elem:
@@ -628,14 +627,14 @@ def _clamp(d: Any, e: Any) -> Elem:
     if isinstance(e, int) and e >= _BIG:
         return d
     if isinstance(e, int) and e < 0:
-        return _tidy(sym_max(0, d + e))
+        return _tidy(dim_max(0, d + e))
     if e == 0:
         return 0  # the start of any dim (sympy cannot tell Min(d, 0) is 0 for d = 2*ceiling(h/2))
     if not isinstance(e, int) and not nonnegative(e):
         return None  # a symbolic entry that may count from the end: which it does is a run-time matter
     if not isinstance(d, int) and at_least(d, e):
         return e  # Swin's crop of a window-padded dim back to the dim
-    return _tidy(sym_min(d, e))
+    return _tidy(dim_min(d, e))
 
 
 @shape_rule("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",

@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 
 from graphcost._dims import Dim, expands_within, simplify_dim
+from graphcost._minmax import dim_max, dim_min
 from graphcost._sym import sympy
 from graphcost.passes._shape_eval import registrar
 
@@ -170,32 +171,6 @@ def round_ups(e: Any) -> Any:
     return sympy.Add(*terms) if changed else e
 
 
-_BUILT: dict[tuple[Any, Any, Any], Any] = {}
-_BUILT_MOST = 1 << 14
-
-
-def sym_max(a: Any, b: Any) -> Any:
-    """``sympy.Max(a, b)``, each pair built once per process. Building one orders its arguments by proving
-    inequalities (``_find_localzeros``, ~3 ms for a clamp of a window-padded dim); a shape computation asks the
-    same ones in every block (dynamic-size Swin-T: 550 clamps of a few dozen distinct pairs)."""
-    return _lattice(sympy.Max, a, b)
-
-
-def sym_min(a: Any, b: Any) -> Any:
-    """``sympy.Min(a, b)``, as :func:`sym_max`."""
-    return _lattice(sympy.Min, a, b)
-
-
-def _lattice(op: Any, a: Any, b: Any) -> Any:
-    key = (op, a, b)
-    got = _BUILT.get(key)
-    if got is None:
-        if len(_BUILT) >= _BUILT_MOST:
-            _BUILT.clear()
-        got = _BUILT[key] = op(a, b)
-    return got
-
-
 def at_least(a: Any, b: Any) -> bool:
     """Whether ``a >= b`` surely, for expressions in dims (non-negative integers): equal, their difference
     :func:`nonnegative`, or ``a`` is ``b`` rounded up to a multiple (``k*ceiling(b/k)``, :func:`round_ups`: the
@@ -309,8 +284,8 @@ value_rule("Sub")(_binary(lambda x, y, f: x - y))
 value_rule("Mul")(_binary(lambda x, y, f: x * y))
 value_rule("Div")(_binary(_div))
 value_rule("Mod")(_binary(_mod))
-value_rule("Max")(_binary(lambda x, y, f: max(x, y) if _number(x) and _number(y) else sym_max(x, y)))
-value_rule("Min")(_binary(lambda x, y, f: min(x, y) if _number(x) and _number(y) else sym_min(x, y)))
+value_rule("Max")(_binary(lambda x, y, f: max(x, y) if _number(x) and _number(y) else dim_max(x, y)))
+value_rule("Min")(_binary(lambda x, y, f: min(x, y) if _number(x) and _number(y) else dim_min(x, y)))
 for _op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"):
     value_rule(_op)(_binary(_compare(_op)))
 value_rule("And")(_binary(lambda x, y, f: int(bool(x) and bool(y)) if isinstance(x, int) and isinstance(y, int)
@@ -595,8 +570,8 @@ def _where(node: onnx.NodeProto, ins: list[Value | None], attrs: Mapping[str, An
 _FOLDS: dict[str, Callable[[Any, Any], Any]] = {
     "ReduceProd": lambda a, b: a * b,
     "ReduceSum": lambda a, b: a + b,
-    "ReduceMax": lambda a, b: max(a, b) if _number(a) and _number(b) else sym_max(a, b),
-    "ReduceMin": lambda a, b: min(a, b) if _number(a) and _number(b) else sym_min(a, b),
+    "ReduceMax": lambda a, b: max(a, b) if _number(a) and _number(b) else dim_max(a, b),
+    "ReduceMin": lambda a, b: min(a, b) if _number(a) and _number(b) else dim_min(a, b),
 }
 
 

@@ -590,7 +590,9 @@ def test_the_last_entries_a_slice_keeps_of_a_dim_are_known_non_negative() -> Non
 
 
 def test_a_clamp_is_built_once_and_is_sympys_own() -> None:
+    from graphcost._minmax import dim_max, dim_min
+
     d = 7 * sympy.ceiling(symbol("h") / 7)
-    first = _symvalues.sym_max(0, d - 7)
-    assert first == sympy.Max(0, d - 7) and _symvalues.sym_max(0, d - 7) is first
-    assert _symvalues.sym_min(d, symbol("h")) == sympy.Min(d, symbol("h"))
+    first = dim_max(0, d - 7)
+    assert first == sympy.Max(0, d - 7) and dim_max(0, d - 7) is first
+    assert dim_min(d, symbol("h")) == sympy.Min(d, symbol("h"))
