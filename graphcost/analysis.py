@@ -162,7 +162,8 @@ class Analysis:
         binding = Binding.static(model_dims, given, fixed)
         if model_dims:
             with stage("validate", graph):
-                checked_dims = check_binding(graph, binding.values, binding.defaulted)
+                given_inputs = set(shapes.input_dims) - set(binding.defaulted)
+                checked_dims = check_binding(graph, binding.values, given_inputs)
                 _refuse_defaults(checked_dims, binding)
                 raise_refusals(checked_dims, m.path)
         return cls(m, checked, shapes, costs, model_dims, binding, shapes_given, values, ignored, ignored_inputs)
@@ -189,7 +190,8 @@ class Analysis:
         out = base.for_run(needed, stated, broken, why)
         if out.taken:
             with stage("validate", self.graph):
-                raise_refusals(check_binding(self.graph, out.values, out.defaulted), self.model.path)
+                raise_refusals(check_binding(self.graph, out.values, set(needed) - set(out.defaulted)),
+                               self.model.path)
         return out
 
     def _inferred_outputs(self) -> dict[str, list[int | str | None]]:

@@ -35,7 +35,15 @@ from dataclasses import dataclass
 import onnx
 
 from graphcost._dims import Dim, evaluate, free_names, prod, to_text
-from graphcost.graph import Graph, NodeFields, cycle_text, find_cycle, read_node_fields, unique_node_name
+from graphcost.graph import (
+    DEFAULT_DOMAIN,
+    Graph,
+    NodeFields,
+    cycle_text,
+    find_cycle,
+    read_node_fields,
+    unique_node_name,
+)
 from graphcost.load import Model
 
 
@@ -198,9 +206,9 @@ def _twice(name: str, op: str, tensor: str, other: str, *, also: bool = False) -
 
 
 # --------------------------------------------------------------------------------------------- binding
-def check_binding(graph: Graph, binding: Mapping[str, int], defaulted: Collection[str] = ()) -> Validation:
-    """Every symbolic dim of every tensor must be a whole number ≥ 0 under ``binding``, and every Reshape
-    that no ``defaulted`` dim (one nobody gave, taken at the default) sizes must keep its element count.
+def check_binding(graph: Graph, binding: Mapping[str, int], held: Collection[str] = ()) -> Validation:
+    """Every symbolic dim of every tensor must be a whole number ≥ 0 under ``binding``, and every Reshape sized
+    in ``held`` dims alone (the graph inputs' dims the caller gave) must keep its element count.
 
     A dim is a formula the model file wrote (``floor(H/2)``, ``batch*seq``); one that comes out imaginary,
     fractional or negative is not a size, and every pass that sizes the tensor would fail on it. Each distinct
@@ -225,30 +233,22 @@ def check_binding(graph: Graph, binding: Mapping[str, int], defaulted: Collectio
                         Severity.REFUSE, None if node is None else node.name, None if node is None else node.op_type,
                         f"{what} {g.prefix + t.name!r} has dim {to_text(d)!r}, which {problem}", free_names(d)))
     if not findings:
-        findings.extend(_reshape_problems(graph, binding, frozenset(defaulted)))
+        findings.extend(_reshape_problems(graph, binding, frozenset(held)))
     return Validation(tuple(findings))
 
 
-def _reshape_problems(graph: Graph, binding: Mapping[str, int], defaulted: frozenset[str]) -> Iterator[Finding]:
+def _reshape_problems(graph: Graph, binding: Mapping[str, int], held: frozenset[str]) -> Iterator[Finding]:
     """A Reshape whose input and output hold different numbers of elements under ``binding``: the model cannot
     run at these sizes (MaxViT partitions its map into 7x7 windows without padding: at 193x257 one Reshape asks
     395,136 of 407,680 elements, and onnxruntime refuses), so no number stands for them. Checked only where a
-    shape is symbolic (a static one is as the file states it) and in the graph inputs' dims alone, each given: a
-    dim nobody gave says nothing of the sizes the model runs at, and a named unknown (a count only the data
-    decides, such as Faster R-CNN's RoIs) may be given a what-if value that no run would pair with the others."""
-    inputs: set[str] = set()
-    for name in graph.input_names:
-        t = graph.tensor(name)
-        if t is not None and t.shape is not None:
-            for d in t.shape:
-                if not isinstance(d, int):
-                    inputs |= free_names(d)
-    allowed = inputs - defaulted
-    if not allowed:
+    shape is symbolic (a static one is as the file states it) and in ``held`` dims alone: a dim nobody gave says
+    nothing of the sizes the model runs at, and a named unknown (a count only the data decides, such as Faster
+    R-CNN's RoIs) may be given a what-if value that no run would pair with the others."""
+    if not held:
         return
     for g in graph.walk():
         for node in g.nodes():
-            if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or not node.inputs or not node.outputs:
+            if node.op_type != "Reshape" or node.domain != DEFAULT_DOMAIN or not node.inputs or not node.outputs:
                 continue
             x, y = g.tensor(node.inputs[0]), g.tensor(node.outputs[0])
             if x is None or y is None or x.shape is None or y.shape is None:
@@ -256,7 +256,7 @@ def _reshape_problems(graph: Graph, binding: Mapping[str, int], defaulted: froze
             if all(isinstance(d, int) for d in (*x.shape, *y.shape)):
                 continue
             names = free_names(prod(x.shape)) | free_names(prod(y.shape))
-            if not names <= allowed:
+            if not names <= held:
                 continue
             try:
                 a, b = evaluate(prod(x.shape), binding), evaluate(prod(y.shape), binding)
