@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from graphcost import oneshot
-from graphcost._dims import Dim, evaluate, numel, to_text
+from graphcost._dims import TEXT_EXPAND_TERMS, Dim, evaluate, expand, expands_within, numel, to_text
 from graphcost._gc import paused as gc_paused
 from graphcost._sym import sympy
 from graphcost.analysis import Analysis, PassError
@@ -413,20 +413,107 @@ def _shape_out(shape: tuple[Dim, ...] | None) -> tuple[int | str, ...] | None:
 
 
 def _formulas(costs: CostResult) -> dict[str, str]:
-    """Exact totals over top-level nodes of known cost, as formulas in the dim names."""
-    totals: dict[str, sympy.Expr] = {}
+    """Exact totals over top-level nodes of known cost, as formulas in the dim names.
+
+    The text is ``to_text`` of each total, written faster: a total of plain ints is ``str`` of it (no sympy);
+    ``bytes`` is the sum of the other two totals' expansions (``expand(a + b)`` is ``expand(a) + expand(b)``,
+    and it skips expanding again every term that :func:`graphcost._dims.expand` cannot vouch for); and a
+    sum's terms are put in the printer's order by :func:`_ordered_terms`. SSD300 (371 data-dependent dims,
+    ~640 terms a total) 0.21 → 0.13 s, dynamic Swin-V2-T 0.19 → 0.15-0.17 s (first call in a fresh process,
+    after the analysis, one run after the other; same text)."""
+    totals: dict[str, Any] = {}
     top = costs.top_level()
     for key in ("flops", "macs", "bytes_read", "bytes_written"):
         terms: list[Dim] = [getattr(c, key) for c in top if getattr(c, key) is not None]
         ints = sum(t for t in terms if isinstance(t, int))
         symbolic = [t for t in terms if not isinstance(t, int)]
-        totals[key] = sympy.Add(ints, *symbolic) if symbolic else sympy.Integer(ints)
+        totals[key] = sympy.Add(ints, *symbolic) if symbolic else ints
     totals["bytes"] = totals["bytes_read"] + totals["bytes_written"]
     if any(c.bytes_as_written is not None for c in top):  # the graph as written copies a KV cache
         totals["bytes_as_written"] = sympy.Add(*(
             c.bytes_as_written if c.bytes_as_written is not None else c.bytes_read + c.bytes_written
             for c in top if c.bytes_read is not None and c.bytes_written is not None))
-    return {k: to_text(v) for k, v in totals.items()}
+    expanded: dict[str, Any] = {}
+    out: dict[str, str] = {}
+    for key, value in totals.items():
+        if isinstance(value, int):
+            out[key] = str(value)  # to_text of sympy.Integer(value)
+            continue
+        if not expands_within(value, TEXT_EXPAND_TERMS):
+            out[key] = to_text(value)  # written as it stands
+            continue
+        parts = [expanded.get(k, totals[k]) for k in ("bytes_read", "bytes_written")] if key == "bytes" else None
+        expanded[key] = e = sympy.Add(*parts) if parts is not None and all(
+            k in expanded or isinstance(totals[k], int) for k in ("bytes_read", "bytes_written")) else expand(value)
+        ordered = _ordered_terms(e)
+        out[key] = to_text(value) if ordered is None else _sum_text(e, ordered)
+    return out
+
+
+def _ordered_terms(e: Any) -> list[Any] | None:
+    """The terms of the expanded sum ``e`` in the order sympy's printer writes them (``as_ordered_terms``), or
+    None where this does not apply (then ``to_text`` orders them itself).
+
+    sympy sorts the terms by their exponent vectors over every base in the sum, dense: 640 terms × 640 bases
+    for an SSD300 total, most of its printing time. The same order comes from the vectors' nonzero entries
+    in base order, ``(index, -exponent)``, closed by ``(len(bases), 0)`` (lexicographic order of the dense
+    vectors, the larger exponent first), then the coefficient. It applies when every term is written as it
+    stands (already expanded), its coefficient is rational and its other factors are commutative, not
+    numbers, with positive integer exponents; sympy's special case of two terms is left to it."""
+    from sympy.core.exprtools import decompose_power
+    from sympy.core.sorting import default_sort_key
+
+    if not e.is_Add or len(e.args) <= 2:
+        return None
+    one = sympy.S.One
+    rows: list[tuple[Any, float, dict[Any, int]]] = []
+    bases: set[Any] = set()
+    for term in e.args:
+        if expand(term) is not term:
+            return None
+        coeff, rest = term.as_coeff_Mul()
+        if not coeff.is_Rational:
+            return None
+        powers: dict[Any, int] = {}
+        if rest is not one:
+            for factor in sympy.Mul.make_args(rest):
+                if factor.is_number or not factor.is_commutative:
+                    return None
+                base, exp = decompose_power(factor)
+                if exp <= 0 or base in powers:
+                    return None
+                powers[base] = exp
+        bases.update(powers)
+        try:  # complex(coeff).real, without sympy's evalf: both the double nearest p/q
+            rows.append((term, int(coeff.p) / int(coeff.q), powers))
+        except OverflowError:
+            return None
+    index = {b: i for i, b in enumerate(sorted(bases, key=default_sort_key))}
+    end = (len(index), 0)
+
+    def key(row: tuple[Any, float, dict[Any, int]]) -> tuple[Any, ...]:
+        _, re, powers = row
+        return (*sorted((index[b], -x) for b, x in powers.items()), end), re
+
+    return [row[0] for row in sorted(rows, key=key)]
+
+
+def _sum_text(e: Any, terms: list[Any]) -> str:
+    """The text ``StrPrinter._print_Add`` writes for ``e``, its terms in the order given, each written by ``to_text``
+    (an expanded term's text: what the printer writes for it)."""
+    from sympy.printing.precedence import precedence
+
+    prec = precedence(e)
+    parts: list[str] = []
+    for term in terms:
+        t = to_text(term)
+        if t.startswith("-") and not term.is_Add:
+            sign, t = "-", t[1:]
+        else:
+            sign = "+"
+        parts += [sign, f"({t})" if precedence(term) < prec or term.is_Add else t]
+    sign = parts.pop(0)
+    return ("" if sign == "+" else sign) + " ".join(parts)
 
 
 def _bytes_as_written(costs: CostResult, bounds: Sequence[Any], binding: Mapping[str, int]) -> int | float | None:
