@@ -232,8 +232,13 @@ class Fuser(GroupOrder):
             self.watch = -1
         # Phase 1: every producer in order; refusals become boundaries.
         self.recording = True
-        for i in self.topo:
-            self._visit_all(i)
+        readers, nodes_at, visit = self.readers, self.nodes_at, self._visit
+        for i in self.topo:  # _visit_all, inlined: a call per node saved (100k calls at synthetic-100k)
+            for t in nodes_at[i].outputs:
+                if t:
+                    direct = readers.get(t)
+                    if direct:
+                        visit(i, t, direct)
 
     def _visit_all(self, i: int) -> None:
         readers = self.readers

@@ -212,10 +212,10 @@ def _section(result: FusionResult, hw: HardwareSpec, binding: Mapping[str, int],
             fus = num(fus)
         known: list[float] = []  # kernel_bound time of each node, when known
         parts: list[Bound] = []
-        missing = control = False
+        missing = False
+        # a control node is opaque, and so its group (``_fusion_rows.py``): the others need no look-up per node
+        control = g.opaque and any(infos[n].role is _CONTROL for n in g.nodes)
         for n in g.nodes:
-            if infos[n].role is _CONTROL:
-                control = True
             c = costs.get(n)
             if c is None:
                 continue

@@ -32,6 +32,7 @@ from graphcost.graph import Graph, Node
 from graphcost.ops import NodeView, lookup, windows
 from graphcost.ops.movement import capped
 from graphcost.passes._fusion_policy import NodeInfo, Role, classify_all
+from graphcost.passes._fusion_roles import tensor_getter
 from graphcost.passes.costs import NodeCost, tensor_bytes
 
 _VIEW, _FREE, _CONTROL = Role.VIEW, Role.FREE, Role.CONTROL
@@ -72,6 +73,7 @@ class Storage:
         self.order = order
         self._given = None if costs is None else {c.name: c.parts for c in costs if c.depth == 0 and c.parts}
         self.output_names = frozenset(graph.output_names)
+        self._tensor = tensor_getter(graph)
         self._build(pos, at)
         self.output_storages = {self.base_of(t) for t in graph.output_names}
 
@@ -189,7 +191,7 @@ class Storage:
         1.28 s → 1.02 s CPU, best of 4, side by side)."""
         entries: dict[str, Entry] = {}
         writes: dict[str, Entry] = {}
-        base, readers, nbytes, tensor, parts = self.base, self.readers, self._bytes, self.graph.tensor, self.parts
+        base, readers, nbytes, tensor, parts = self.base, self.readers, self._bytes, self._tensor, self.parts
         for t in reads:
             b = base.get(t, t)
             if b not in entries:
