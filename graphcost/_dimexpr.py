@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from graphcost._minmax import dim_max, dim_min
 from graphcost._sym import sympy
 
 MAX_TEXT = 1024
@@ -82,10 +83,15 @@ class _Node:
 
 
 def _functions() -> dict[str, tuple[Callable[..., Any], int, int]]:
-    """Callable names: (sympy function, fewest args, most args)."""
+    """Callable names: (sympy function, fewest args, most args).
+
+    Min and Max are built by :mod:`graphcost._minmax`, which gives sympy's own object without its order search
+    where no order exists: onnx-shape-inference writes clamps such as ``Max(0, Min(H, ...))`` into the dims of
+    dynamic-size Swin-V2-T, and sympy's search in those was 0.46 s of the 0.49 s spent parsing them (cProfile);
+    parsing them took 0.27 s wall that way and 0.06 s this way."""
     return {"floor": (sympy.floor, 1, 1), "ceil": (sympy.ceiling, 1, 1), "ceiling": (sympy.ceiling, 1, 1),
-            "min": (sympy.Min, 1, 16), "Min": (sympy.Min, 1, 16), "max": (sympy.Max, 1, 16),
-            "Max": (sympy.Max, 1, 16), "Mod": (sympy.Mod, 2, 2)}
+            "min": (dim_min, 1, 16), "Min": (dim_min, 1, 16), "max": (dim_max, 1, 16),
+            "Max": (dim_max, 1, 16), "Mod": (sympy.Mod, 2, 2)}
 
 
 def tokenize(text: str, limits: Limits = DIM) -> list[tuple[str, str]]:

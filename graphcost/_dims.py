@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
-import numbers
 import re
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Union
 
 from graphcost import _dimexpr, _sym
+from graphcost._dimeval import Exact, NotExact, as_expr, exact, free_names
 from graphcost._sym import sympy
 
 if TYPE_CHECKING:
@@ -85,25 +83,6 @@ def parse_formula(text: str) -> Dim:
         raise ValueError(f"not a formula graphcost can read: {e}") from None
 
 
-def as_expr(value: object) -> Any:
-    """A count or dim as a sympy object, for code that needs sympy methods on it.
-
-    Accepts ints (numpy ints too), reals and sympy objects. Text is refused with TypeError: turning a
-    string into an expression is :func:`parse_dim`'s job alone, because ``sympify`` would evaluate it.
-    """
-    if isinstance(value, (str, bytes)):
-        raise TypeError(f"as_expr takes a number or a sympy object, not text: {value[:40]!r}")
-    if isinstance(value, sympy.Basic):
-        return value
-    if isinstance(value, numbers.Integral) or (hasattr(value, "__index__") and not isinstance(value, float)):
-        return sympy.Integer(int(value))  # type: ignore[call-overload]  # numpy integers
-    if isinstance(value, numbers.Rational):
-        return sympy.Rational(int(value.numerator), int(value.denominator))
-    if isinstance(value, numbers.Real):
-        return sympy.Float(float(value))
-    raise TypeError(f"not a dim or count: {type(value).__name__}")
-
-
 def simplify_dim(value: object) -> Dim:
     """Collapse a sympy number to an int; leave symbolic expressions symbolic."""
     if isinstance(value, bool):
@@ -164,16 +143,6 @@ def ceil_log2(d: Dim) -> Dim:
     return sympy.ceiling(arg)
 
 
-_NO_NAMES: frozenset[str] = frozenset()
-
-
-def free_names(value: Dim) -> frozenset[str]:
-    """The dim names a dim or count depends on (empty for an int)."""
-    if isinstance(value, int):
-        return _NO_NAMES
-    return _free_names(value)
-
-
 def text_names(text: str) -> frozenset[str]:
     """The dim names a dim *text* depends on: ``free_names(parse_dim(text))``, without importing sympy for a
     plain identifier (every identifier reads as itself in the dim grammar). On a static export the shapes pass
@@ -188,14 +157,6 @@ _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN_NAME_MAX = 256  # far inside the grammar's length cap, past which a text becomes an opaque name
 
 
-@functools.lru_cache(maxsize=65536)
-def _free_names(value: Any) -> frozenset[str]:
-    """Cached: sympy recomputes ``free_symbols`` by a walk of the whole expression on every call, and the
-    same dim is asked about once per tensor that has it (FCOS with ORT-minted dims: 1,506 symbolic dims
-    over its tensors, 490 distinct; 3 passes over them, 4,518 calls: 25 ms CPU uncached, 3 ms cached)."""
-    return frozenset(str(s) for s in value.free_symbols)
-
-
 def evaluate(value: Dim, binding: Mapping[str, int]) -> int | float:
     """Numeric value of a dim or count under a binding of dim names to ints.
 
@@ -205,13 +166,13 @@ def evaluate(value: Dim, binding: Mapping[str, int]) -> int | float:
         return value
     if not isinstance(value, sympy.Basic):
         return float(value) if not float(value).is_integer() else int(value)
-    if _free_names(value) <= binding.keys():
+    if free_names(value) <= binding.keys():
         try:
-            exact = _exact(value, binding, _exact_memo(binding))
-        except (_NotExact, ZeroDivisionError, OverflowError):
-            exact = None
-        if isinstance(exact, int) or (exact is not None and exact.denominator == 1):
-            return int(exact)
+            got: Exact | None = exact(value, binding, _exact_memo(binding))
+        except (NotExact, ZeroDivisionError, OverflowError):
+            got = None
+        if isinstance(got, int) or (got is not None and got.denominator == 1):
+            return int(got)
     subs = {}
     for s in value.free_symbols:
         name = str(s)
@@ -222,19 +183,6 @@ def evaluate(value: Dim, binding: Mapping[str, int]) -> int | float:
     if result.is_Integer:
         return int(result)
     return float(result)
-
-
-class _NotExact(Exception):
-    pass
-
-
-@functools.cache
-def _exact_ops() -> dict[Any, Any]:
-    """sympy's functions that dims use → the same function on exact numbers (one-argument ones first)."""
-    return {sympy.floor: math.floor, sympy.ceiling: math.ceil, sympy.Max: max, sympy.Min: min}
-
-
-Exact = Union[int, Fraction]
 
 
 def _exact_memo(binding: Mapping[str, int]) -> dict[Any, Exact]:
@@ -261,70 +209,6 @@ def _exact_memo(binding: Mapping[str, int]) -> dict[Any, Exact]:
 
 _EXACT_MEMOS: dict[Any, dict[Any, Exact]] = {}
 _LAST_MEMO: list[Any] = []  # [binding, a copy of it, its value types, its memo]: the binding last asked about
-
-
-def _exact(expr: Any, binding: Mapping[str, int], seen: dict[Any, Exact]) -> Exact:
-    """``expr`` under ``binding`` in exact arithmetic (ints, Fractions where a division leaves one), for
-    :func:`evaluate`'s common case.
-
-    sympy's way (``xreplace`` the symbols, let every node simplify itself again) rebuilds the whole tree
-    with its assumption machinery: YOLOv8n with dynamic height and width asks 2,501 values in one analyze,
-    0.48 s that way; this walk visits each distinct subexpression once per binding (0.05-0.07 s, same
-    machine, one run after the other). It knows the node kinds dims are made of (numbers, names, ``+ * **``, floor,
-    ceiling, Max, Min, Mod, and ``ceil_log2``'s ``ceiling(log(u)/log(2))``, which is ``(u - 1).bit_length()``
-    for an integer u ≥ 1) and raises _NotExact on any other, and the caller takes only a whole number
-    from it (anything else goes the sympy way), so every value it gives is the one sympy gives."""
-    known = seen.get(expr)
-    if known is not None:
-        return known
-    out: Exact
-    if expr.is_Integer:
-        out = int(expr)
-    elif expr.is_Rational:
-        out = Fraction(int(expr.p), int(expr.q))
-    elif expr.is_Symbol:
-        v = binding[expr.name]
-        if not isinstance(v, numbers.Integral):
-            raise _NotExact
-        out = int(v)
-    elif expr.is_Add:
-        out = 0
-        for a in expr.args:
-            out += _exact(a, binding, seen)
-    elif expr.is_Mul:
-        out = 1
-        for a in expr.args:
-            out *= _exact(a, binding, seen)
-    elif expr.is_Pow:
-        if not expr.exp.is_Integer or abs(int(expr.exp)) > 64:
-            raise _NotExact
-        out = Fraction(_exact(expr.base, binding, seen)) ** int(expr.exp)
-    elif expr.func is sympy.Mod and len(expr.args) == 2:
-        out = _exact(expr.args[0], binding, seen) % _exact(expr.args[1], binding, seen)
-    elif expr.func is sympy.ceiling and len(expr.args) == 1 and _log2_of(expr.args[0]) is not None:
-        u = _exact(_log2_of(expr.args[0]), binding, seen)  # ceil_log2's form: ceiling(log(u)/log(2))
-        if (not isinstance(u, int) and u.denominator != 1) or u < 1:
-            raise _NotExact  # log of 0 is not a number; a fraction's log2 is not read here
-        out = (int(u) - 1).bit_length()  # ⌈log2 u⌉ exactly, for an integer u ≥ 1
-    else:
-        op = _exact_ops().get(expr.func)
-        if op is None or not expr.args or (op in (math.floor, math.ceil) and len(expr.args) != 1):
-            raise _NotExact
-        out = op(*(_exact(a, binding, seen) for a in expr.args))
-    seen[expr] = out
-    return out
-
-
-def _log2_of(expr: Any) -> Any:
-    """u when ``expr`` is ``log(u)/log(2)`` (how sympy writes ``log(u, 2)``), else None."""
-    if not expr.is_Mul or len(expr.args) != 2:
-        return None
-    a, b = expr.args
-    for log_u, inv in ((a, b), (b, a)):
-        if (log_u.func is sympy.log and len(log_u.args) == 1 and inv.is_Pow and inv.exp == -1
-                and inv.base.func is sympy.log and inv.base.args == (sympy.Integer(2),)):
-            return log_u.args[0]
-    return None
 
 
 def to_text(value: Dim) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from graphcost import _dims
+from graphcost import _dimeval
 from graphcost._sym import sympy
 
 _BIG = 2**20
@@ -51,7 +51,7 @@ wall without this, 1.76-1.83 s with it, three runs each, one after the other).""
 
 
 def _lattice(cls: Any, args: Sequence[Any]) -> Any:
-    exprs = [_dims.as_expr(a) for a in args]
+    exprs = [_dimeval.as_expr(a) for a in args]
     key = (cls, *exprs)
     got = _BUILT.get(key)
     if got is None:
@@ -71,16 +71,16 @@ def _incomparable(exprs: list[Any]) -> bool:
     minmax = (sympy.Min, sympy.Max)
     if any(e.func in minmax for e in exprs) or len(set(exprs)) != len(exprs):
         return False
-    names = sorted(set().union(*(_dims.free_names(e) for e in exprs)))
+    names = sorted(set().union(*(_dimeval.free_names(e) for e in exprs)))
     if not names:
         return False
     n = len(exprs)
     unseen = {(i, j, sign) for i in range(n) for j in range(i + 1, n) for sign in (-1, 1)}
     for binding in _bindings(names):
-        memo: dict[Any, _dims.Exact] = {}
+        memo: dict[Any, _dimeval.Exact] = {}
         try:
-            values = [_dims._exact(e, binding, memo) for e in exprs]
-        except (_dims._NotExact, ZeroDivisionError, OverflowError, ValueError):
+            values = [_dimeval.exact(e, binding, memo) for e in exprs]
+        except (_dimeval.NotExact, ZeroDivisionError, OverflowError, ValueError):
             continue  # undefined or outside the exact walk at this binding: no witness here
         for i in range(n):
             for j in range(i + 1, n):

@@ -14,7 +14,7 @@ import onnx.parser
 import pytest
 import sympy
 
-from graphcost import _dims, _sym
+from graphcost import _dimeval, _sym
 from graphcost._dims import evaluate, parse_dim, symbol
 from graphcost.load import load
 from graphcost.passes import _engines, shapes
@@ -183,5 +183,5 @@ def test_evaluate_exact_path_closed_form() -> None:
     out = sympy.floor(sympy.floor(sympy.floor(h / 2 - sympy.Rational(1, 2)) / 2) / 2)  # three stride-2 halvings
     # floor(640/2 - 1/2) = 319, floor(319/2) = 159, floor(159/2) = 79
     assert evaluate(21 * out + 3, {"height": 640}) == 21 * 79 + 3
-    assert _dims._exact(out, {"height": 640}, {}) == 79  # the exact walk itself
+    assert _dimeval.exact(out, {"height": 640}, {}) == 79  # the exact walk itself
     assert evaluate(h / 3, {"height": 4}) == float(Fraction(4, 3))  # not whole: sympy's float, as before
