@@ -39,14 +39,13 @@ from graphcost.passes._symvalues import (
     Value,
     at_least,
     axis_of,
-    bounded,
     constant_value,
     given,
     ints,
     nonnegative,
-    round_ups,
     shape_value,
     slice_args,
+    tidy_expr,
 )
 
 RULE_ERRORS = (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError)
@@ -520,9 +519,9 @@ def _tidy(d: Elem) -> Elem:
         return d
     if isinstance(d, Fraction):
         return int(d) if d.denominator == 1 else d
-    if not bounded(d):
+    d = tidy_expr(d)
+    if d is None:
         return None
-    d = round_ups(sympy.expand(d))
     return int(d) if d.is_Integer else d
 
 
