@@ -66,6 +66,18 @@ TV_CASES: dict[str, TVCase] = {c.name: c for c in (
     TVCase("maxvit_t", "classification", "MaxVit_T_Weights", (1, 3, 224, 224), False),
     TVCase("inception_v3", "classification", "Inception_V3_Weights", (1, 3, 299, 299), False),
     TVCase("s3d", "video", "S3D_Weights", (1, 3, 16, 224, 224), False),
+    # the rest of the shifted-window family at their published sizes (window partition and computed pads at
+    # other stage sizes and depths, 3D windows), and more CNN families: group-conv SE blocks, dense concats,
+    # fused-MBConv, inception branches, (2+1)D video convs
+    TVCase("swin_s", "classification", "Swin_S_Weights", (1, 3, 224, 224), False),
+    TVCase("swin_b", "classification", "Swin_B_Weights", (1, 3, 224, 224), False),
+    TVCase("swin_v2_s", "classification", "Swin_V2_S_Weights", (1, 3, 256, 256), False),
+    TVCase("swin3d_t", "video", "Swin3D_T_Weights", (1, 3, 16, 224, 224), False),
+    TVCase("regnet_y_400mf", "classification", "RegNet_Y_400MF_Weights", (1, 3, 224, 224), False),
+    TVCase("densenet121", "classification", "DenseNet121_Weights", (1, 3, 224, 224), False),
+    TVCase("efficientnet_v2_s", "classification", "EfficientNet_V2_S_Weights", (1, 3, 384, 384), False),
+    TVCase("googlenet", "classification", "GoogLeNet_Weights", (1, 3, 224, 224), False),
+    TVCase("r2plus1d_18", "video", "R2Plus1D_18_Weights", (1, 3, 16, 112, 112), False),
     TVCase("fcos_resnet50_fpn", "detection", "FCOS_ResNet50_FPN_Weights", (3, 320, 320), False),
     TVCase("retinanet_resnet50_fpn", "detection", "RetinaNet_ResNet50_FPN_Weights", (3, 320, 320), False),
     # SSD300 works at 300x300; its postprocess keeps up to 200 boxes per class, 90 classes, each a TopK
