@@ -21,7 +21,7 @@ def as_expr(value: object) -> Any:
     """A count or dim as a sympy object, for code that needs sympy methods on it.
 
     Accepts ints (numpy ints too), reals and sympy objects. Text is refused with TypeError: turning a
-    string into an expression is :func:`parse_dim`'s job alone, because ``sympify`` would evaluate it.
+    string into an expression is :func:`graphcost._dims.parse_dim`'s job alone, because ``sympify`` would evaluate it.
     """
     if isinstance(value, (str, bytes)):
         raise TypeError(f"as_expr takes a number or a sympy object, not text: {value[:40]!r}")

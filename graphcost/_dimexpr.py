@@ -83,7 +83,7 @@ class _Node:
 
 
 def _functions() -> dict[str, tuple[Callable[..., Any], int, int]]:
-    """Callable names: (sympy function, fewest args, most args).
+    """Callable names: (what builds the call, fewest args, most args).
 
     Min and Max are built by :mod:`graphcost._minmax`, which gives sympy's own object without its order search
     where no order exists: onnx-shape-inference writes clamps such as ``Max(0, Min(H, ...))`` into the dims of

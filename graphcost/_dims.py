@@ -186,7 +186,7 @@ def evaluate(value: Dim, binding: Mapping[str, int]) -> int | float:
 
 
 def _exact_memo(binding: Mapping[str, int]) -> dict[Any, Exact]:
-    """The values :func:`_exact` found under this binding before (reports ask many formulas that share
+    """The values :func:`graphcost._dimeval.exact` found under this binding before (reports ask many formulas that share
     subexpressions under one binding). A few bindings are kept, each up to 65,536 values.
 
     A binding holds every dim an export left unnamed (SSD300 legacy: 371, all bound to 1) and the reports ask
